@@ -1,0 +1,40 @@
+# Two commands on a fresh machine:  make run  (set up + whole recipe, tiny profile)  and  make test.
+# Set-up is idempotent: the venv is built once and rebuilt only when pyproject.toml or constraints.txt change.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.forge-installed
+PROFILE ?= tiny
+
+# Offline and tidy (STACK.md): nothing reaches a hub, nothing phones home.
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export DO_NOT_TRACK := true
+export MLFLOW_DISABLE_TELEMETRY := true
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export DVC_NO_ANALYTICS := 1
+export STREAMLIT_BROWSER_GATHER_USAGE_STATS := false
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup run test ui clean
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@# torch first, from the CPU wheel on disk; any other torch request would pull a CUDA build.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	@touch $(STAMP)
+
+run: setup
+	$(VENV)/bin/forge run --profile $(PROFILE)
+
+test: setup
+	$(VENV)/bin/pytest -q
+
+ui: setup
+	$(VENV)/bin/forge ui
+
+clean:
+	rm -rf .forge

@@ -1,0 +1,299 @@
+"""Typed recipe configuration: one pydantic model per stage, loaded from ``configs/<profile>.yaml``.
+
+Every figure taken from the Nanbeige4.1-3B paper (``shared/seeds/002_…``) is a named default here, with the
+section it comes from. Profiles override sizes and endpoints, never the shape of the recipe. The models are
+also the Prefect flows' parameters, so a scheduled run in the Prefect UI gets a form with these fields.
+
+    from forge.config import load_profile
+    cfg = load_profile("tiny")            # or a path to a YAML file
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+DOMAINS = ("code", "deep_search", "stem", "tool_use", "general")
+CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+class Strict(BaseModel):
+    """Base: unknown keys are an error (a typo in a profile must not be silently ignored)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TokenizerConfig(Strict):
+    vocab_size: int = Field(4096, ge=512, description="Byte-level BPE vocabulary size, special tokens included.")
+    min_frequency: int = Field(2, ge=1, description="Minimum pair frequency for a BPE merge.")
+    max_training_chars: int = Field(
+        6_000_000, ge=10_000, description="Characters of corpus text read to train the tokenizer."
+    )
+
+
+class BaseModelConfig(Strict):
+    """Stage 0. The paper starts from Nanbeige4-3B-Base (§2.1.1); the tiny profile trains its own Llama."""
+
+    source: Literal["build", "hub"] = Field(
+        "build", description="'build': train a tokenizer and a small Llama on corpora/; 'hub': load hub_id."
+    )
+    hub_id: str = Field("Nanbeige/Nanbeige4-3B-Base", description="Base checkpoint when source='hub' (§2.1.1).")
+    tokenizer: TokenizerConfig = TokenizerConfig()
+    hidden_size: int = Field(256, ge=8)
+    num_layers: int = Field(4, ge=1)
+    num_heads: int = Field(4, ge=1)
+    num_kv_heads: int = Field(4, ge=1)
+    intermediate_size: int = Field(688, ge=8)
+    max_position_embeddings: int = Field(1024, ge=64, description="Must cover the longest SFT curriculum stage.")
+    seq_len: int = Field(256, ge=16, description="Pre-training sequence length.")
+    batch_size: int = Field(16, ge=1)
+    max_steps: int = Field(400, ge=1, description="Pre-training optimiser steps.")
+    learning_rate: float = Field(3e-3, gt=0)
+    warmup_steps: int = Field(20, ge=0)
+    eval_every: int = Field(50, ge=1, description="Steps between held-out loss evaluations.")
+    eval_fraction: float = Field(0.02, gt=0, lt=0.5, description="Share of corpus text held out.")
+    max_corpus_chars: int = Field(8_000_000, ge=10_000, description="Corpus characters used for pre-training.")
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> BaseModelConfig:
+        if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
+            raise ValueError("hidden_size must be divisible by num_heads, and num_heads by num_kv_heads")
+        return self
+
+
+class DomainShares(Strict):
+    """Target token shares of the final SFT mix (§2.1.1: code 27%, deep-search 26%, STEM 23%,
+    tool-use 13%, general 10%).
+
+    The paper's five figures add up to 99%, so they are read as weights and normalised
+    (:meth:`normalized`); a sum far from 1 (a typo such as 27 for 0.27) is refused."""
+
+    code: float = Field(0.27, ge=0, le=1)
+    deep_search: float = Field(0.26, ge=0, le=1)
+    stem: float = Field(0.23, ge=0, le=1)
+    tool_use: float = Field(0.13, ge=0, le=1)
+    general: float = Field(0.10, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _sum_to_one(self) -> DomainShares:
+        total = sum(self.as_dict().values())
+        if not 0.95 <= total <= 1.05:
+            raise ValueError(f"domain shares must add up to about 1.0 (they are fractions), got {total:.4f}")
+        return self
+
+    def as_dict(self) -> dict[str, float]:
+        return {d: getattr(self, d) for d in DOMAINS}
+
+    def normalized(self) -> dict[str, float]:
+        """Shares scaled to sum to exactly 1 (the paper's 27/26/23/13/10 sum to 99)."""
+        raw = self.as_dict()
+        total = sum(raw.values())
+        return {d: v / total for d, v in raw.items()}
+
+
+class PoolsConfig(Strict):
+    """How many rows each per-domain pool draws from corpora/ (the mix then samples by tokens)."""
+
+    max_rows_per_source: int = Field(2000, ge=10, description="Cap on rows taken from any one corpus file.")
+    seed: int = 0
+
+
+class MixConfig(Strict):
+    name: str = Field("sft-v1", pattern=r"^[A-Za-z0-9._-]+$", description="Written to data/mixes/<name>/.")
+    shares: DomainShares = DomainShares()
+    total_tokens: int = Field(1_500_000, ge=1000, description="Token budget of the whole mix.")
+    num_shards: int = Field(4, ge=1, description="JSONL shards per mix (a few, not thousands: DVC cost).")
+    tolerance: float = Field(0.015, gt=0, description="Largest allowed |actual − target| share.")
+    max_bad_ratio: float = Field(0.01, ge=0, le=1, description="Fail when more pool rows than this are bad.")
+    seed: int = 0
+
+
+class SFTStageConfig(Strict):
+    name: str
+    max_length: int = Field(ge=16, description="Context length of this curriculum stage, in tokens.")
+    max_steps: int = Field(ge=1)
+    learning_rate: float = Field(gt=0)
+    per_device_batch_size: int = Field(8, ge=1)
+    gradient_accumulation_steps: int = Field(1, ge=1)
+
+
+def _paper_curriculum() -> list[SFTStageConfig]:
+    # §2.1.1: the 32k → 64k curriculum of Nanbeige4-3B-2511 gains a third 256k stage.
+    return [
+        SFTStageConfig(name="ctx-32k", max_length=32_768, max_steps=2000, learning_rate=1e-5),
+        SFTStageConfig(name="ctx-64k", max_length=65_536, max_steps=1000, learning_rate=1e-5),
+        SFTStageConfig(name="ctx-256k", max_length=262_144, max_steps=500, learning_rate=5e-6),
+    ]
+
+
+class SFTConfig(Strict):
+    curriculum: list[SFTStageConfig] = Field(default_factory=_paper_curriculum, min_length=1)
+    assistant_only_loss: bool = Field(True, description="Loss only on assistant turns whose mask is 1.")
+    packing: bool = Field(False, description="Pack samples into full-length rows (issue 5 measures it).")
+    save_steps: int = Field(25, ge=1, description="Trainer checkpoint interval: a killed stage resumes here.")
+    solution_refinement_iterations: int = Field(
+        3, ge=0, description="Critique → revision loops per answer (§2.1.1 scales this number up)."
+    )
+    seed: int = 0
+
+    @field_validator("curriculum")
+    @classmethod
+    def _growing_context(cls, stages: list[SFTStageConfig]) -> list[SFTStageConfig]:
+        lengths = [s.max_length for s in stages]
+        if lengths != sorted(lengths):
+            raise ValueError(f"curriculum context lengths must not shrink, got {lengths}")
+        return stages
+
+
+class PointwiseRLConfig(Strict):
+    """§2.1.2: a Bradley–Terry reward model, then GRPO with 8 rollouts per prompt scored by it."""
+
+    num_generations: int = Field(8, ge=2, description="Rollouts per prompt (§2.1.2: 8).")
+    max_completion_length: int = Field(512, ge=8)
+    learning_rate: float = Field(1e-6, gt=0)
+    beta: float = Field(0.0, ge=0, description="KL coefficient (TRL default 0: no reference model).")
+    max_steps: int = Field(200, ge=1)
+    rm_max_steps: int = Field(500, ge=1)
+    overlong_truncation_target: float = Field(0.0038, description="§2.1.2 reports 5.27% → 0.38% overlong.")
+
+
+class PairwiseRLConfig(Strict):
+    """§2.1.3: pairwise RM with swap-consistency MSE(d(a,b), −d(b,a)); reward 1 if the rollout beats the
+    reference answer, else 0; multi-turn dialogues feed the whole history."""
+
+    swap_consistency_weight: float = Field(1.0, ge=0)
+    num_generations: int = Field(8, ge=2)
+    max_steps: int = Field(200, ge=1)
+    rm_max_steps: int = Field(500, ge=1)
+    win_reward: float = 1.0
+    loss_reward: float = 0.0
+
+
+class CodeRLConfig(Strict):
+    """§2.3.2–2.3.3: on-policy filtering with n = 8 rollouts, keep problems with k in [1, 5]; stage 1 rewards
+    R_format + pass rate, stage 2 adds R_time only when the pass rate is 1."""
+
+    num_rollouts: int = Field(8, ge=1, description="n rollouts per problem (§2.3.2).")
+    keep_k_min: int = Field(1, ge=0, description="Smallest k of n kept (§2.3.2: 1).")
+    keep_k_max: int = Field(5, ge=0, description="Largest k of n kept (§2.3.2: 5).")
+    stage1_steps: int = Field(200, ge=1)
+    stage2_steps: int = Field(200, ge=1)
+
+    @model_validator(mode="after")
+    def _k_range(self) -> CodeRLConfig:
+        if not self.keep_k_min <= self.keep_k_max <= self.num_rollouts:
+            raise ValueError("need keep_k_min <= keep_k_max <= num_rollouts")
+        return self
+
+
+class DeepSearchConfig(Strict):
+    """§2.2.1: head entities updated within six months, conditional random walks of a fixed length."""
+
+    recency_window_days: int = Field(183, ge=1, description="'updated within the past six months' (§2.2.1).")
+    walk_length_min: int = Field(2, ge=1)
+    walk_length_max: int = Field(5, ge=1)
+
+
+class AgenticRLConfig(Strict):
+    """Abstract & §2.2: long-horizon tool use, up to 600 tool-call turns; turn- and trajectory-level rewards."""
+
+    max_tool_calls: int = Field(600, ge=1)
+    max_steps: int = Field(100, ge=1)
+
+
+class VLLMConfig(Strict):
+    tensor_parallel_size: int = Field(1, ge=1)
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
+    max_model_len: int = Field(262_144, ge=1024)
+    dtype: Literal["bfloat16", "float16", "auto"] = "bfloat16"
+    trl_mode: Literal["colocate", "server"] = Field("colocate", description="How TRL's GRPO reaches vLLM.")
+
+
+class GenerationConfig(Strict):
+    backend: Literal["transformers", "vllm", "openai"] = "transformers"
+    openai_base_url: str | None = Field(None, description="OpenAI-compatible endpoint (teacher models).")
+    vllm: VLLMConfig = VLLMConfig()
+    temperature: float = Field(0.6, ge=0)
+    top_p: float = Field(0.95, gt=0, le=1)
+
+
+class TrainingRuntimeConfig(Strict):
+    bf16: bool = Field(False, description="bf16 is an error on CPU; the GPU profile turns it on.")
+    gradient_checkpointing: bool = False
+    accelerate_config: str | None = Field(None, description="infra/accelerate/*.yaml for multi-GPU runs.")
+    threads: int = Field(0, ge=0, description="torch threads; 0 = all cores.")
+
+
+class HumanEvalConfig(Strict):
+    limit: int | None = Field(None, ge=1, description="First N problems only (None = all 164).")
+    max_new_tokens: int = Field(128, ge=1)
+    batch_size: int = Field(16, ge=1)
+    timeout_s: float = Field(5.0, gt=0, description="Wall-clock limit per problem in the sandbox.")
+    memory_mb: int = Field(512, ge=64)
+    workers: int = Field(2, ge=1)
+
+
+class EvalConfig(Strict):
+    humaneval: HumanEvalConfig = HumanEvalConfig()
+    heldout_rows: int = Field(64, ge=1, description="Held-out mix rows for the SFT loss metric.")
+
+
+class PromotionConfig(Strict):
+    """Gate for moving `champion`: the candidate may not be worse than the champion beyond tolerance on any
+    eval metric (higher is better unless listed in lower_is_better)."""
+
+    tolerance: dict[str, float] = Field(default_factory=lambda: {"humaneval_pass_at_1": 0.02})
+    default_tolerance: float = Field(0.0, ge=0)
+    lower_is_better: list[str] = Field(default_factory=lambda: ["sft_heldout_loss"])
+
+
+class RecipeConfig(Strict):
+    profile: str = "tiny"
+    seed: int = 0
+    base: BaseModelConfig = BaseModelConfig()
+    pools: PoolsConfig = PoolsConfig()
+    mix: MixConfig = MixConfig()
+    sft: SFTConfig = SFTConfig()
+    pointwise_rl: PointwiseRLConfig = PointwiseRLConfig()
+    pairwise_rl: PairwiseRLConfig = PairwiseRLConfig()
+    code_rl: CodeRLConfig = CodeRLConfig()
+    deep_search: DeepSearchConfig = DeepSearchConfig()
+    agentic_rl: AgenticRLConfig = AgenticRLConfig()
+    generation: GenerationConfig = GenerationConfig()
+    runtime: TrainingRuntimeConfig = TrainingRuntimeConfig()
+    eval: EvalConfig = EvalConfig()
+    promotion: PromotionConfig = PromotionConfig()
+
+    @model_validator(mode="after")
+    def _context_fits_model(self) -> RecipeConfig:
+        longest = self.sft.curriculum[-1].max_length
+        if self.base.source == "build" and longest > self.base.max_position_embeddings:
+            raise ValueError(
+                f"sft.curriculum ends at {longest} tokens but base.max_position_embeddings is "
+                f"{self.base.max_position_embeddings}: raise max_position_embeddings or shorten the curriculum"
+            )
+        return self
+
+
+class ConfigError(ValueError):
+    """A profile that does not validate; the message names the file and each bad field."""
+
+
+def load_profile(name_or_path: str | Path) -> RecipeConfig:
+    """Load ``configs/<name>.yaml`` (or a YAML path) into a validated :class:`RecipeConfig`."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = CONFIGS_DIR / f"{name_or_path}.yaml"
+    if not path.exists():
+        known = ", ".join(sorted(p.stem for p in CONFIGS_DIR.glob("*.yaml")))
+        raise ConfigError(f"{path}: no such profile (known: {known})")
+    raw = yaml.safe_load(path.read_text()) or {}
+    try:
+        return RecipeConfig.model_validate(raw)
+    except ValidationError as err:
+        lines = [f"{path}: {'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in err.errors()]
+        raise ConfigError("\n".join(lines)) from None

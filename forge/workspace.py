@@ -1,0 +1,117 @@
+"""Where Forge reads and writes: the checkout (corpora/, data/, data.dvc) and its home (.forge/).
+
+The home holds every embedded service's state: Prefect's database and persisted task results, MLflow's
+SQLite store and artifacts, the DVC local remote, checkpoints. ``FORGE_HOME`` moves it;
+``FORGE_ROOT`` points at another checkout (tests use a scratch copy so they never touch the real data/).
+
+Call :func:`configure_environment` before importing prefect or mlflow: both read their settings at import.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Nothing reaches a model hub or phones home (STACK.md, "Offline and tidy").
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "DO_NOT_TRACK": "true",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "DVC_NO_ANALYTICS": "1",
+    "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false",
+    "TOKENIZERS_PARALLELISM": "false",
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+}
+
+
+@dataclass(frozen=True)
+class Workspace:
+    root: Path
+    home: Path
+
+    @classmethod
+    def from_env(cls) -> Workspace:
+        root = Path(os.environ.get("FORGE_ROOT", REPO_ROOT)).resolve()
+        home = Path(os.environ.get("FORGE_HOME", root / ".forge")).resolve()
+        return cls(root=root, home=home)
+
+    # --- checkout ---
+    @property
+    def corpora(self) -> Path:
+        return self.root / "corpora"
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def pools(self) -> Path:
+        return self.data / "pools"
+
+    @property
+    def mixes(self) -> Path:
+        return self.data / "mixes"
+
+    # --- home ---
+    @property
+    def models(self) -> Path:
+        return self.home / "models"
+
+    @property
+    def quarantine(self) -> Path:
+        return self.home / "quarantine"
+
+    @property
+    def dvc_remote(self) -> Path:
+        return self.home / "dvc-remote"
+
+    @property
+    def mlflow_dir(self) -> Path:
+        return self.home / "mlflow"
+
+    @property
+    def mlflow_uri(self) -> str:
+        return f"sqlite:///{self.mlflow_dir / 'mlflow.db'}"
+
+    @property
+    def mlflow_artifacts(self) -> Path:
+        return self.mlflow_dir / "artifacts"
+
+    @property
+    def prefect_home(self) -> Path:
+        return self.home / "prefect"
+
+    def ensure(self) -> Workspace:
+        for d in (self.home, self.models, self.quarantine, self.mlflow_dir, self.mlflow_artifacts, self.prefect_home):
+            d.mkdir(parents=True, exist_ok=True)
+        return self
+
+
+def configure_environment(ws: Workspace | None = None) -> Workspace:
+    """Point Prefect, MLflow and DVC at the workspace home and switch everything offline.
+
+    Existing values win for the offline switches; the service locations are always the workspace's unless
+    the user set them explicitly (a team deployment sets PREFECT_API_URL / MLFLOW_TRACKING_URI).
+    """
+    ws = (ws or Workspace.from_env()).ensure()
+    for key, value in OFFLINE_ENV.items():
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("PREFECT_HOME", str(ws.prefect_home))
+    os.environ.setdefault(
+        "PREFECT_API_DATABASE_CONNECTION_URL", f"sqlite+aiosqlite:///{ws.prefect_home / 'prefect.db'}"
+    )
+    os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(ws.prefect_home / "results"))
+    os.environ.setdefault("PREFECT_RESULTS_PERSIST_BY_DEFAULT", "true")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("MLFLOW_TRACKING_URI", ws.mlflow_uri)
+    os.environ.setdefault("MLFLOW_REGISTRY_URI", os.environ["MLFLOW_TRACKING_URI"])
+    os.environ.setdefault("DVC_SITE_CACHE_DIR", str(ws.home / "dvc-site-cache"))
+    os.environ.setdefault("FORGE_HOME", str(ws.home))
+    os.environ.setdefault("FORGE_ROOT", str(ws.root))
+    return ws
