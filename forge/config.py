@@ -286,7 +286,7 @@ class ConfigError(ValueError):
 def load_profile(name_or_path: str | Path) -> RecipeConfig:
     """Load ``configs/<name>.yaml`` (or a YAML path) into a validated :class:`RecipeConfig`."""
     path = Path(name_or_path)
-    if not path.suffix:
+    if path.suffix not in (".yaml", ".yml"):
         path = CONFIGS_DIR / f"{name_or_path}.yaml"
     if not path.exists():
         known = ", ".join(sorted(p.stem for p in CONFIGS_DIR.glob("*.yaml")))
