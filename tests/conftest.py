@@ -1,0 +1,31 @@
+"""Test-wide setup: offline, and every embedded service pointed at a scratch home (never the user's .forge/).
+
+Set before anything imports prefect, mlflow or transformers: they read their settings at import time.
+"""
+
+import os
+import tempfile
+from pathlib import Path
+
+_SCRATCH = Path(tempfile.mkdtemp(prefix="forge-tests-"))
+os.environ["FORGE_HOME"] = str(_SCRATCH / "home")
+for _key in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI", "PREFECT_HOME", "PREFECT_API_URL",
+             "PREFECT_API_DATABASE_CONNECTION_URL", "PREFECT_LOCAL_STORAGE_PATH"):
+    os.environ.pop(_key, None)
+
+from forge.workspace import configure_environment  # noqa: E402
+
+WORKSPACE = configure_environment()
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def workspace():
+    """The session's workspace: the real checkout (corpora/) with a scratch home."""
+    return WORKSPACE
+
+
+@pytest.fixture(scope="session")
+def scratch_dir() -> Path:
+    return _SCRATCH
