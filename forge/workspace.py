@@ -108,6 +108,9 @@ def configure_environment(ws: Workspace | None = None) -> Workspace:
     )
     os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(ws.prefect_home / "results"))
     os.environ.setdefault("PREFECT_RESULTS_PERSIST_BY_DEFAULT", "true")
+    # Prefect derives these from PREFECT_HOME only sometimes (the server side falls back to ~/.prefect).
+    os.environ.setdefault("PREFECT_MEMO_STORE_PATH", str(ws.prefect_home / "memo_store.toml"))
+    os.environ.setdefault("PREFECT_PROFILES_PATH", str(ws.prefect_home / "profiles.toml"))
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("MLFLOW_TRACKING_URI", ws.mlflow_uri)
     os.environ.setdefault("MLFLOW_REGISTRY_URI", os.environ["MLFLOW_TRACKING_URI"])
