@@ -1,0 +1,33 @@
+"""Evaluation flow: the first suite (HumanEval pass@1, sandboxed). Also deployable on its own (infra/prefect.yaml)
+to evaluate any registered version."""
+
+from __future__ import annotations
+
+from prefect import flow
+
+from flows._progress import run_stage
+from forge.config import RecipeConfig, load_profile
+from tasks.evals import humaneval_task
+
+
+@flow(name="evaluate")
+def evaluate_flow(config: RecipeConfig, model_dir: str, model_name: str = "forge-policy", version: str = "",
+                  parent_run_id: str | None = None, lineage: dict | None = None) -> dict:
+    he = run_stage("eval-humaneval", humaneval_task, model_dir, model_name, version, config.eval.humaneval,
+                   parent_run_id=parent_run_id, lineage=lineage)
+    return he["metrics"]
+
+
+@flow(name="evaluate-registered")
+def evaluate_registered(profile: str = "tiny", model_name: str = "forge-policy", alias: str = "candidate") -> dict:
+    """Evaluate the version behind ``models:/<model_name>@<alias>`` (the scheduled `evaluate` deployment)."""
+    from registry.models import download_checkpoint, get_alias_version
+    from registry.tracking import init_mlflow
+    from forge.workspace import Workspace
+
+    init_mlflow(Workspace.from_env())
+    version = get_alias_version(model_name, alias)
+    if version is None:
+        raise ValueError(f"models:/{model_name}@{alias} does not exist: run the recipe first")
+    local = download_checkpoint(f"models:/{model_name}/{version}")
+    return evaluate_flow(load_profile(profile), str(local), model_name, version)

@@ -1,0 +1,180 @@
+"""The `forge` command.
+
+    forge run --profile tiny        the whole recipe (embedded Prefect, MLflow, DVC under .forge/)
+    forge status                    stages of the latest run: state, duration, MLflow run, registered version
+    forge ui                        Prefect UI and MLflow UI on 127.0.0.1
+    forge promote / forge rollback  move `champion` through the promotion gate, or back
+    forge data validate FILE --schema chat
+
+Prefect and MLflow read their settings when imported, so every command points them at the workspace first
+and imports them lazily.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.table import Table
+
+from forge.data.cli import app as data_app
+from forge.workspace import Workspace, configure_environment
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Forge: the Nanbeige4.1 post-training recipe.")
+app.add_typer(data_app, name="data", help="Validate and inspect datasets.")
+console = Console()
+
+
+def _setup_logging(verbose: bool = False) -> None:
+    handler = RichHandler(console=console, show_path=False, rich_tracebacks=False)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", handlers=[handler], force=True)
+    logging.getLogger("forge").setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
+@app.command()
+def run(
+    profile: str = typer.Option("tiny", help="configs/<profile>.yaml or a path to a YAML profile."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Run the whole recipe; finished stages are taken from the cache (a killed run resumes)."""
+    configure_environment()
+    _setup_logging(verbose)
+    from forge.config import ConfigError, load_profile
+
+    try:
+        cfg = load_profile(profile)
+    except ConfigError as err:
+        console.print(f"[red]invalid profile[/red]\n{err}")
+        raise typer.Exit(2) from None
+    from flows.recipe import recipe
+
+    started = time.time()
+    result = recipe(profile=cfg.profile, config=cfg)
+    _print_stages(result["stages"])
+    console.print(f"policy version {result['policy_version']} · data md5 {result['data_md5']} · "
+                  f"promotion: {'promoted' if result['release']['promoted'] else 'refused'} · "
+                  f"{time.time() - started:.1f} s")
+    for key, value in result["metrics"].items():
+        console.print(f"  {key} = {value:.4f}")
+
+
+def _print_stages(stages: dict) -> None:
+    table = Table(title="recipe stages")
+    for col in ("stage", "state", "seconds", "MLflow run", "version"):
+        table.add_column(col)
+    for name, st in stages.items():
+        table.add_row(name, st.get("state", "?"), f"{st.get('seconds', 0):.1f}", str(st.get("run_id", "") or "")[:12],
+                      str(st.get("version", "") or ""))
+    console.print(table)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@app.command()
+def status(as_json: bool = typer.Option(False, "--json", help="Print the raw summary.")) -> None:
+    """Stages of the latest recipe run."""
+    ws = configure_environment()
+    path = ws.home / "runs" / "latest.json"
+    if not path.exists():
+        console.print(f"no recipe run yet under {ws.home} (run `forge run`)")
+        raise typer.Exit(1)
+    summary = json.loads(path.read_text())
+    if summary["state"] == "running" and not _alive(summary["pid"]):
+        summary["state"] = "crashed"
+        for st in summary["stages"].values():
+            if st.get("state") == "running":
+                st["state"] = "crashed"
+    if as_json:
+        console.print_json(data=summary)
+        return
+    console.print(f"flow run {summary['flow_run_id']} · profile {summary['profile']} · {summary['state']} · "
+                  f"MLflow run {summary.get('mlflow_run_id')}")
+    _print_stages(summary["stages"])
+
+
+@app.command()
+def ui(prefect_port: int = 4200, mlflow_port: int = 5000) -> None:
+    """Start the Prefect server and the MLflow UI on 127.0.0.1 (Ctrl-C stops both)."""
+    ws = configure_environment()
+    bindir = Path(sys.executable).parent
+    env = {**os.environ, "PREFECT_SERVER_API_HOST": "127.0.0.1", "PREFECT_SERVER_API_PORT": str(prefect_port)}
+    procs = [
+        subprocess.Popen([str(bindir / "prefect"), "server", "start", "--host", "127.0.0.1", "--port",
+                          str(prefect_port)], env=env),
+        subprocess.Popen([str(bindir / "mlflow"), "ui", "--backend-store-uri", ws.mlflow_uri,
+                          "--default-artifact-root", ws.mlflow_artifacts.as_uri(), "--host", "127.0.0.1",
+                          "--port", str(mlflow_port)], env=env),
+    ]
+    console.print(f"Prefect UI  http://127.0.0.1:{prefect_port}\nMLflow UI   http://127.0.0.1:{mlflow_port}")
+    console.print(f"(to run flows against this server: export PREFECT_API_URL=http://127.0.0.1:{prefect_port}/api)")
+    try:
+        while all(p.poll() is None for p in procs):
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+        for p in procs:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def _client_and_policy(profile: str):
+    ws = configure_environment()
+    from forge.config import load_profile
+    from registry.tracking import init_mlflow
+
+    return init_mlflow(ws), load_profile(profile).promotion
+
+
+@app.command()
+def promote(
+    model: str = typer.Option("forge-policy", help="Registered model name."),
+    version: str = typer.Option(None, help="Version to promote (default: the `candidate` alias)."),
+    profile: str = typer.Option("tiny", help="Profile whose promotion policy applies."),
+) -> None:
+    """Move `champion` to the candidate if the gate allows it; the decision is recorded on the version."""
+    client, policy = _client_and_policy(profile)
+    from registry.promotion import promote as do_promote
+
+    decision = do_promote(client, model, policy, version=version)
+    verdict = "[green]promoted[/green]" if decision.promote else "[red]refused[/red]"
+    console.print(f"{model}: {verdict}")
+    for reason in decision.reasons:
+        console.print(f"  - {reason}")
+    raise typer.Exit(0 if decision.promote else 1)
+
+
+@app.command()
+def rollback(model: str = typer.Option("forge-policy", help="Registered model name.")) -> None:
+    """Restore the previous champion."""
+    client, _ = _client_and_policy("tiny")
+    from registry.promotion import rollback as do_rollback
+
+    version = do_rollback(client, model)
+    console.print(f"{model}: champion is version {version} again")
+
+
+if __name__ == "__main__":
+    app()
