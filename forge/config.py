@@ -38,7 +38,7 @@ class BaseModelConfig(Strict):
     """Stage 0. The paper starts from Nanbeige4-3B-Base (§2.1.1); the tiny profile trains its own Llama."""
 
     source: Literal["build", "hub"] = Field(
-        "build", description="'build': train a tokenizer and a small Llama on corpora/; 'hub': load hub_id."
+        "hub", description="'build': train a tokenizer and a small Llama on corpora/; 'hub': load hub_id."
     )
     hub_id: str = Field("Nanbeige/Nanbeige4-3B-Base", description="Base checkpoint when source='hub' (§2.1.1).")
     tokenizer: TokenizerConfig = TokenizerConfig()

@@ -1,0 +1,161 @@
+"""End to end: `forge run` in a scratch checkout, killed in the middle of SFT, resumed, then run again.
+
+One module-scoped scenario (it is the expensive part of the suite, ~3–5 minutes on 2 cores) with several tests
+reading its outcome: resume without redoing finished stages, a second run that trains nothing, the champion
+loading by alias, mix shares, a clean DVC status, lineage tags on the SFT run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from forge.workspace import REPO_ROOT
+
+pytestmark = pytest.mark.slow
+PROFILE = REPO_ROOT / "tests" / "profiles" / "ci.yaml"
+FORGE = str(Path(sys.executable).parent / "forge")
+TRAINING_STAGES = ("pretrain", "sft-1-ctx-128", "sft-2-ctx-256", "sft-3-ctx-512")
+
+
+def _env(root: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_", "FORGE_", "DVC_"))}
+    env.update(FORGE_ROOT=str(root), FORGE_HOME=str(root / ".forge"))
+    return env
+
+
+def _forge(root: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([FORGE, *args], env=_env(root), cwd=root, capture_output=True, text=True, timeout=timeout)
+
+
+def _status(root: Path) -> dict:
+    out = _forge(root, "status", "--json", timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return json.loads((root / ".forge" / "runs" / "latest.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory):
+    root = tmp_path_factory.mktemp("checkout")
+    (root / "corpora").symlink_to(REPO_ROOT / "corpora", target_is_directory=True)
+    shutil.copytree(REPO_ROOT / ".dvc", root / ".dvc", ignore=shutil.ignore_patterns("tmp", "cache", "config.local"))
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"], cwd=root,
+                   check=True)
+    home = root / ".forge"
+
+    # Run 1: kill the whole process group once the second SFT stage has written a trainer checkpoint.
+    proc = subprocess.Popen([FORGE, "run", "--profile", str(PROFILE)], env=_env(root), cwd=root,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline = time.time() + 900
+    killed_at = None
+    while time.time() < deadline and proc.poll() is None:
+        if list((home / "models").glob(".sft-1-*.work/checkpoint-*")):
+            os.killpg(proc.pid, signal.SIGKILL)
+            killed_at = time.time()
+            break
+        time.sleep(0.05)
+    first_out = proc.communicate(timeout=60)[0]
+    assert killed_at is not None, f"run 1 never reached the second SFT stage:\n{first_out[-4000:]}"
+    after_kill = _status(root)
+
+    # Run 2: resume.
+    t = time.time()
+    second = _forge(root, "run", "--profile", str(PROFILE))
+    second_s = time.time() - t
+    assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
+    after_resume = _status(root)
+
+    # Run 3: everything cached.
+    t = time.time()
+    third = _forge(root, "run", "--profile", str(PROFILE))
+    third_s = time.time() - t
+    assert third.returncode == 0, third.stdout[-4000:] + third.stderr[-4000:]
+    return {"root": root, "after_kill": after_kill, "after_resume": after_resume, "third": _status(root),
+            "second_s": second_s, "third_s": third_s, "second_out": second.stdout}
+
+
+def test_killed_run_is_reported_crashed_with_finished_stages(scenario):
+    out = _forge(scenario["root"], "status", timeout=60)
+    stages = scenario["after_kill"]["stages"]
+    assert stages["pretrain"]["state"] == "completed"
+    assert stages["sft-1-ctx-128"]["state"] == "completed"
+    assert stages["sft-2-ctx-256"]["state"] == "running"  # as recorded when it was killed
+    assert "crashed" in out.stdout or "crashed" in out.stderr
+
+
+def test_resume_redoes_no_finished_stage(scenario):
+    stages = scenario["after_resume"]["stages"]
+    assert scenario["after_resume"]["state"] == "completed"
+    for name in ("tokenizer", "pretrain", "pools", "sft-1-ctx-128"):
+        assert stages[name]["state"] == "cached", (name, stages[name])
+    assert stages["sft-2-ctx-256"]["state"] == "completed"
+    assert stages["sft-3-ctx-512"]["state"] == "completed"
+    assert "resum" in scenario["second_out"].lower()  # the trainer continued from its checkpoint
+
+
+def test_second_run_trains_nothing(scenario):
+    stages = scenario["third"]["stages"]
+    for name in TRAINING_STAGES + ("register-policy", "eval-humaneval"):
+        assert stages[name]["state"] == "cached", (name, stages[name])
+    assert scenario["third_s"] < scenario["second_s"]
+
+
+def test_champion_loads_and_generates(scenario):
+    code = (
+        "from registry.models import load_model\n"
+        "from registry.tracking import init_mlflow\n"
+        "from forge.workspace import configure_environment\n"
+        "init_mlflow(configure_environment())\n"
+        "model, tok = load_model('models:/forge-policy@champion')\n"
+        "ids = tok.apply_chat_template([{'role': 'user', 'content': 'What is 2 + 3?'}], add_generation_prompt=True,"
+        " return_tensors='pt', return_dict=True)\n"
+        "out = model.generate(**ids, max_new_tokens=8, do_sample=False)\n"
+        "print('NEW_TOKENS', out.shape[1] - ids['input_ids'].shape[1])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=_env(scenario["root"]), cwd=REPO_ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert int(out.stdout.split("NEW_TOKENS")[1]) > 0
+
+
+def test_mix_shares_within_tolerance(scenario):
+    manifest = json.loads((scenario["root"] / "data" / "mixes" / "sft-ci" / "manifest.json").read_text())
+    for domain, row in manifest["domains"].items():
+        assert abs(row["actual_share"] - row["target_share"]) <= 0.015, (domain, row)
+
+
+def test_dvc_status_clean(scenario):
+    from forge.data.versioning import data_status_clean
+
+    assert data_status_clean(scenario["root"])
+    assert (scenario["root"] / "data.dvc").exists()
+
+
+def test_sft_run_carries_lineage(scenario):
+    import mlflow
+
+    env = _env(scenario["root"])
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{scenario['root'] / '.forge' / 'mlflow' / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("forge")
+    runs = client.search_runs([exp.experiment_id], filter_string="tags.`forge.stage` = 'sft'")
+    assert runs, "no SFT run"
+    flow_ids = {scenario["after_kill"]["flow_run_id"], scenario["after_resume"]["flow_run_id"]}
+    for run in runs:
+        tags = run.data.tags
+        assert len(tags["forge.data_md5"]) == 32
+        assert len(tags["forge.git_commit"].split("+")[0]) == 40
+        assert tags["forge.flow_run_id"]
+    assert flow_ids & {r.data.tags["forge.flow_run_id"] for r in runs}
+    version = client.get_model_version_by_alias("forge-policy", "champion")
+    assert version.tags["forge.data_md5"] == runs[0].data.tags["forge.data_md5"]
+    assert env  # the scratch checkout's services were used, not the session's
