@@ -1,0 +1,102 @@
+"""Checkpoint plumbing shared by the trainers: work dirs, resume points, atomic final writes, metric callbacks.
+
+A training call writes its HF ``Trainer`` checkpoints under a work dir next to its output
+(``<out>.work/``), so a killed run resumes from the last checkpoint instead of restarting; the finished
+model is written to a temp dir next to ``out_dir`` and renamed into place, so ``out_dir`` either holds a
+complete model or does not exist.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
+from transformers.trainer_utils import get_last_checkpoint
+
+from forge.config import TrainingRuntimeConfig
+
+logger = logging.getLogger(__name__)
+
+MetricsLogger = Callable[[dict[str, float], int], None]
+
+
+def work_dir_for(out_dir: Path) -> Path:
+    """The trainer's scratch dir for ``out_dir``: a sibling, so a rename never crosses filesystems."""
+    return out_dir.parent / f".{out_dir.name}.work"
+
+
+def find_resume_checkpoint(work_dir: Path) -> str | None:
+    """The newest ``checkpoint-N`` under ``work_dir``, or None when there is nothing to resume."""
+    if not work_dir.is_dir():
+        return None
+    return get_last_checkpoint(str(work_dir))
+
+
+def save_atomically(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: Path) -> Path:
+    """Write model + tokenizer to ``out_dir`` so that readers never see a half-written directory.
+
+    ``os.replace`` cannot swap a non-empty directory, so an existing ``out_dir`` is first renamed aside; the
+    window where ``out_dir`` is missing is two renames long, never a partial write.
+    """
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
+    if out_dir.exists():
+        os.replace(out_dir, old)
+    os.replace(tmp, out_dir)
+    shutil.rmtree(old, ignore_errors=True)
+    return out_dir
+
+
+def apply_runtime(runtime: TrainingRuntimeConfig) -> None:
+    """Process-wide runtime settings (CPU threads)."""
+    if runtime.threads > 0:
+        torch.set_num_threads(runtime.threads)
+
+
+class ForwardMetrics(TrainerCallback):
+    """Forward every Trainer log record (train loss, lr, eval loss) to ``log_metrics(metrics, step)``.
+
+    The flow layer passes a function that calls ``mlflow.log_metrics``; ``forge`` itself stays MLflow-free.
+    """
+
+    def __init__(self, log_metrics: MetricsLogger | None, prefix: str = "") -> None:
+        self.log_metrics = log_metrics
+        self.prefix = prefix
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs:
+            return
+        numeric = {
+            f"{self.prefix}{k}": float(v)
+            for k, v in logs.items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        }
+        if "eval_loss" in logs:
+            logger.info(
+                "%sstep %d/%d held-out loss %.4f", self.prefix, state.global_step, state.max_steps, logs["eval_loss"]
+            )
+        if self.log_metrics and numeric:
+            self.log_metrics(numeric, state.global_step)
+
+
+def loss_curve(log_history: list[dict]) -> list[tuple[int, float | None, float]]:
+    """``(step, latest train loss, held-out loss)`` at every evaluation found in a Trainer's log history."""
+    curve: list[tuple[int, float | None, float]] = []
+    last_train: float | None = None
+    for record in log_history:
+        if "loss" in record:
+            last_train = float(record["loss"])
+        if "eval_loss" in record:
+            curve.append((int(record["step"]), last_train, float(record["eval_loss"])))
+    return curve
