@@ -1,0 +1,60 @@
+"""``forge data ...`` commands (a typer app mounted by forge/cli.py).
+
+    forge data validate data/pools/stem.jsonl --schema chat [--quarantine .forge/quarantine]
+    python -m forge.data.cli validate FILE --schema NAME       # the same, without the top-level CLI
+
+Exit status: 0 when every row is valid, 1 when any row is bad, 2 for a usage error (unknown schema, no file).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from forge.data.jsonl import read_jsonl
+from forge.data.schemas import SCHEMAS
+
+app = typer.Typer(help="Data files: validate, inspect.", no_args_is_help=True)
+console = Console()
+
+
+@app.callback()
+def _main() -> None:
+    """Data commands (a callback keeps `validate` a named subcommand even while it is the only one)."""
+
+
+@app.command()
+def validate(
+    file: Path = typer.Argument(..., help="A .jsonl or .jsonl.gz file."),
+    schema: str = typer.Option(..., "--schema", "-s", help=f"Row schema: {', '.join(SCHEMAS)}."),
+    quarantine: Path | None = typer.Option(None, "--quarantine", "-q", help="Write bad lines to this folder."),
+    show: int = typer.Option(20, help="Bad lines to print at most."),
+) -> None:
+    """Validate every line of FILE against a row schema; print a report; exit 1 if any line is bad."""
+    if schema not in SCHEMAS:
+        console.print(f"[red]unknown schema {schema!r}[/red]; known schemas: {', '.join(sorted(SCHEMAS))}")
+        raise typer.Exit(2)
+    if not file.exists():
+        console.print(f"[red]{file}: no such file[/red]")
+        raise typer.Exit(2)
+    res = read_jsonl(file, SCHEMAS[schema], quarantine_dir=quarantine)
+    table = Table(title=f"{file} ({schema})")
+    for col in ("lines", "good", "bad", "bad share"):
+        table.add_column(col, justify="right")
+    table.add_row(str(res.n_total), str(res.n_good), str(res.n_bad), f"{res.bad_ratio:.2%}")
+    console.print(table)
+    for b in res.bad[:show]:
+        console.print(Text(str(b), style="yellow"))
+    if len(res.bad) > show:
+        console.print(f"... and {len(res.bad) - show} more problems")
+    if res.quarantine_file:
+        console.print(f"bad lines quarantined to {res.quarantine_file}")
+    raise typer.Exit(1 if res.n_bad else 0)
+
+
+if __name__ == "__main__":
+    app()

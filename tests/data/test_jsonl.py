@@ -1,0 +1,78 @@
+"""read_jsonl / write_jsonl / quarantine and the `forge data validate` command."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from forge.data.cli import app
+from forge.data.jsonl import BadDataError, read_jsonl, write_jsonl
+from forge.data.schemas import ChatSample, Message
+
+GOOD = ChatSample.build(domain="stem", source="test", messages=[
+    Message(role="user", content="What is 2+2?"), Message(role="assistant", content="4")])
+
+
+def _lines(good_count: int = 3) -> list[str]:
+    good = [json.dumps(ChatSample.build(domain="stem", source="test", messages=[
+        Message(role="user", content=f"What is {i}+{i}?"), Message(role="assistant", content=str(2 * i))]
+    ).model_dump(mode="json")) for i in range(good_count)]
+    bad_syntax = '{"id": "x", "source": '  # truncated JSON
+    missing = json.dumps({"id": "cs-1", "source": "t", "messages": GOOD.model_dump(mode="json")["messages"]})
+    wrong_type = GOOD.model_dump(mode="json")
+    wrong_type["messages"][1]["role"] = "robot"
+    return [good[0], bad_syntax, good[1], missing, json.dumps(wrong_type), *good[2:]]
+
+
+@pytest.fixture
+def mixed_file(tmp_path):
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("\n".join(_lines()) + "\n")
+    return path
+
+
+def test_bad_lines_are_named_kept_apart_and_good_rows_kept(mixed_file, tmp_path):
+    res = read_jsonl(mixed_file, ChatSample, quarantine_dir=tmp_path / "q")
+    assert res.n_total == 6 and res.n_good == 3 and res.n_bad == 3
+    reports = [str(b) for b in res.bad]
+    assert any(r.startswith(f"{mixed_file}:2: <json>: ") for r in reports)
+    assert f"{mixed_file}:4: domain: Field required" in reports
+    assert any(r.startswith(f"{mixed_file}:5: messages.1.role: ") for r in reports)
+    quarantined = (tmp_path / "q" / "mixed.bad.jsonl").read_text().splitlines()
+    originals = mixed_file.read_text().splitlines()
+    assert quarantined == [originals[1], originals[3], originals[4]]  # verbatim, in file order
+    assert "mixed.jsonl:5: messages.1.role" in (tmp_path / "q" / "mixed.bad.reasons.txt").read_text()
+
+
+def test_ratio_threshold_raises_with_file_counts_and_first_lines(mixed_file):
+    with pytest.raises(BadDataError) as err:
+        read_jsonl(mixed_file, ChatSample, max_bad_ratio=0.4)
+    msg = str(err.value)
+    assert str(mixed_file) in msg and "3 of 6 lines" in msg and ":2: <json>" in msg
+    assert read_jsonl(mixed_file, ChatSample, max_bad_ratio=0.5).n_good == 3  # exactly at the limit is allowed
+
+
+def test_write_then_read_roundtrip_plain_and_gz(tmp_path):
+    rows = [GOOD]
+    for name in ("a.jsonl", "a.jsonl.gz"):
+        assert write_jsonl(tmp_path / name, rows) == 1
+        assert read_jsonl(tmp_path / name, ChatSample, max_bad_ratio=0.0).rows == rows
+    with gzip.open(tmp_path / "a.jsonl.gz", "rt") as fh:
+        assert json.loads(fh.readline())["id"] == GOOD.id
+    assert not list(tmp_path.glob(".*.tmp"))  # no temp files left behind
+
+
+def test_validate_cli_exit_codes(mixed_file, tmp_path):
+    runner = CliRunner()
+    bad = runner.invoke(app, ["validate", str(mixed_file), "--schema", "chat", "--quarantine", str(tmp_path / "q")])
+    assert bad.exit_code == 1, bad.output
+    assert "messages.1.role" in bad.output and (tmp_path / "q" / "mixed.bad.jsonl").exists()
+    clean = tmp_path / "clean.jsonl"
+    write_jsonl(clean, [GOOD])
+    ok = runner.invoke(app, ["validate", str(clean), "--schema", "chat"])
+    assert ok.exit_code == 0, ok.output
+    unknown = runner.invoke(app, ["validate", str(clean), "--schema", "nope"])
+    assert unknown.exit_code == 2 and "chat" in unknown.output and "search_qa" in unknown.output
