@@ -1,0 +1,161 @@
+"""MLflow tracking glue: one experiment, one nested run per stage, lineage tags, configs/curves/tables as artifacts.
+
+    from forge.workspace import configure_environment
+    from registry.tracking import init_mlflow, start_stage_run, log_config, log_curve
+    client = init_mlflow(configure_environment())
+    with start_stage_run("sft", tags={PROFILE_TAG: "tiny"}) as run:
+        log_config(cfg.sft)
+        log_curve("loss", steps, losses, ylabel="loss")
+
+Every stage run carries the lineage tags below, so a registered checkpoint can be traced to its code (git
+commit), its data (DVC md5), its Prefect flow run and the model version it started from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import mlflow
+from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
+from pydantic import BaseModel
+
+from forge.workspace import REPO_ROOT, Workspace
+
+EXPERIMENT = "forge"
+
+# Lineage tags (on runs and on model versions).
+STAGE_TAG = "forge.stage"
+PARENT_VERSION_TAG = "forge.parent_version"
+DATA_MD5_TAG = "forge.data_md5"
+GIT_COMMIT_TAG = "forge.git_commit"
+FLOW_RUN_ID_TAG = "forge.flow_run_id"
+PROFILE_TAG = "forge.profile"
+LINEAGE_TAGS = (STAGE_TAG, PARENT_VERSION_TAG, DATA_MD5_TAG, GIT_COMMIT_TAG, FLOW_RUN_ID_TAG, PROFILE_TAG)
+
+MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
+PARAMS_PER_BATCH = 100  # MLflow's limit on params per log_batch call
+
+
+def init_mlflow(ws: Workspace, tracking_uri: str | None = None) -> MlflowClient:
+    """Point MLflow (tracking and registry) at the workspace's store and make the ``forge`` experiment current.
+
+    Idempotent. The experiment's artifacts go under ``ws.mlflow_artifacts`` (MLflow's default would be
+    ``./mlruns`` in whatever the cwd is). ``tracking_uri`` overrides the workspace's SQLite store (a team server).
+    """
+    uri = tracking_uri or ws.mlflow_uri
+    if uri.startswith("sqlite:"):
+        ws.mlflow_dir.mkdir(parents=True, exist_ok=True)
+    ws.mlflow_artifacts.mkdir(parents=True, exist_ok=True)
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    if experiment is None:
+        try:
+            client.create_experiment(EXPERIMENT, artifact_location=ws.mlflow_artifacts.resolve().as_uri())
+        except MlflowException:  # another process created it between our check and our create
+            pass
+        experiment = client.get_experiment_by_name(EXPERIMENT)
+    mlflow.set_experiment(experiment_id=experiment.experiment_id)
+    return client
+
+
+def git_commit(root: Path | str = REPO_ROOT) -> str:
+    """HEAD's commit of the checkout at ``root``, with ``+dirty`` when tracked files changed; "unknown" outside git.
+
+    Untracked files do not count: data/, caches and run outputs live in the checkout without being code.
+    """
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (subprocess.SubprocessError, OSError):
+        return "unknown"
+    return f"{commit}+dirty" if dirty else commit
+
+
+@contextmanager
+def start_stage_run(
+    name: str, *, parent_run_id: str | None = None, tags: dict[str, str] | None = None
+) -> Iterator[mlflow.ActiveRun]:
+    """A run for one recipe stage, nested under ``parent_run_id`` (or under the active run, if any).
+
+    Tagged with the stage name and the git commit; ``tags`` adds the other lineage tags (data md5, flow run id,
+    profile, parent model version) that the caller knows.
+    """
+    run_tags = {STAGE_TAG: name, GIT_COMMIT_TAG: git_commit()}
+    run_tags.update({k: str(v) for k, v in (tags or {}).items()})
+    active = mlflow.active_run()
+    if parent_run_id is None and active is not None:
+        parent_run_id = active.info.run_id
+    with mlflow.start_run(run_name=name, nested=active is not None, parent_run_id=parent_run_id, tags=run_tags) as run:
+        yield run
+
+
+def _flatten(value, prefix: str = "") -> dict[str, str]:
+    if isinstance(value, dict):
+        out: dict[str, str] = {}
+        for key, inner in value.items():
+            out.update(_flatten(inner, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    text = value if isinstance(value, str) else json.dumps(value)
+    return {prefix: text[:MAX_PARAM_CHARS]}
+
+
+def log_config(cfg: BaseModel, artifact_file: str = "config.json", prefix: str = "") -> dict[str, str]:
+    """Log a pydantic config as flat dotted params (``sft.curriculum``, ``base.hidden_size``) and as JSON.
+
+    Lists stay one param (JSON text); the artifact keeps the whole config, beyond MLflow's param length limit.
+    Returns the params logged.
+    """
+    data = cfg.model_dump(mode="json")
+    params = _flatten(data, prefix)
+    items = list(params.items())
+    for i in range(0, len(items), PARAMS_PER_BATCH):
+        mlflow.log_params(dict(items[i : i + PARAMS_PER_BATCH]))
+    mlflow.log_dict(data, artifact_file)
+    return params
+
+
+def log_curve(name: str, steps: Sequence[float], values: Sequence[float], ylabel: str) -> str:
+    """Plot ``values`` against ``steps`` and log the PNG as ``curves/<name>.png``; returns the artifact path."""
+    from matplotlib.figure import Figure  # no pyplot: no global backend state, safe from worker threads
+
+    if len(steps) != len(values):
+        raise ValueError(f"log_curve({name!r}): {len(steps)} steps but {len(values)} values")
+    fig = Figure(figsize=(6, 4), dpi=100)
+    ax = fig.add_subplot()
+    ax.plot(list(steps), list(values), marker="." if len(values) < 50 else None)
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    ax.set_title(name)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    artifact = f"curves/{name}.png"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, f"{name}.png")
+        fig.savefig(path, format="png")
+        mlflow.log_artifact(path, artifact_path="curves")
+    return artifact
+
+
+def log_table(rows: list[dict], artifact_file: str) -> None:
+    """Log rows (dicts, possibly with different keys) as an MLflow table artifact (``artifact_file`` ends .json)."""
+    if not artifact_file.endswith(".json"):
+        raise ValueError(f"log_table: artifact_file must end with .json, got {artifact_file!r}")
+    columns: list[str] = []
+    for row in rows:
+        columns.extend(k for k in row if k not in columns)
+    mlflow.log_table({c: [row.get(c) for row in rows] for c in columns}, artifact_file)

@@ -1,0 +1,227 @@
+"""Tracking, registration, aliases, the promotion gate and rollback against a real (SQLite) MLflow store.
+
+    .venv/bin/pytest tests/registry/test_registry.py -q
+
+The store is the test session's scratch workspace (tests/conftest.py); each test uses its own model name.
+"""
+
+import json
+import uuid
+
+import mlflow
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from forge.config import HumanEvalConfig, PromotionConfig
+from registry.models import (
+    get_alias_version,
+    load_model,
+    register_checkpoint,
+    set_alias,
+    set_version_metrics,
+    version_metrics,
+)
+from registry.promotion import HISTORY_TAG, RollbackError, promote, rollback
+from registry.tracking import (
+    DATA_MD5_TAG,
+    EXPERIMENT,
+    FLOW_RUN_ID_TAG,
+    GIT_COMMIT_TAG,
+    PROFILE_TAG,
+    STAGE_TAG,
+    git_commit,
+    init_mlflow,
+    log_config,
+    log_curve,
+    log_table,
+    start_stage_run,
+)
+
+TEXT = [
+    "def add(a, b):\n    return a + b\n",
+    "The quick brown fox jumps over the lazy dog.",
+    "for i in range(10):\n    print(i * i)\n",
+] * 40
+POLICY = PromotionConfig()
+
+
+@pytest.fixture(scope="module")
+def client(workspace):
+    return init_mlflow(workspace)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<|pad|>", "<|bos|>", "<|eos|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(TEXT, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|bos|>", eos_token="<|eos|>", pad_token="<|pad|>")
+
+
+def make_checkpoint(path, tokenizer, seed):
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=128,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    LlamaForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture
+def model_name():
+    return f"test-policy-{uuid.uuid4().hex[:8]}"
+
+
+def register(tmp_path, tokenizer, name, seed, metrics, stage="sft"):
+    ckpt = make_checkpoint(tmp_path / f"ckpt-{seed}", tokenizer, seed)
+    with start_stage_run(stage, tags={PROFILE_TAG: "tiny", DATA_MD5_TAG: "abc123.dir"}) as run:
+        version = register_checkpoint(ckpt, name, run_id=run.info.run_id, tags={STAGE_TAG: stage, PROFILE_TAG: "tiny"})
+    set_version_metrics(name, version, metrics)
+    return version
+
+
+def test_init_mlflow_is_idempotent_and_keeps_artifacts_in_the_workspace(client, workspace):
+    again = init_mlflow(workspace)
+    experiment = again.get_experiment_by_name(EXPERIMENT)
+    assert experiment.artifact_location == workspace.mlflow_artifacts.resolve().as_uri()
+    assert mlflow.get_tracking_uri() == workspace.mlflow_uri == mlflow.get_registry_uri()
+    assert len([e for e in again.search_experiments() if e.name == EXPERIMENT]) == 1
+
+
+def test_git_commit(tmp_path, workspace):
+    assert git_commit(tmp_path) == "unknown"
+    commit = git_commit(workspace.root)
+    assert len(commit.split("+")[0]) == 40 and commit.split("+")[1:] in ([], ["dirty"])
+
+
+def test_stage_runs_nest_and_carry_lineage_and_artifacts(client, workspace):
+    with (
+        start_stage_run("recipe", tags={FLOW_RUN_ID_TAG: "flow-123"}) as parent,
+        start_stage_run("sft", tags={DATA_MD5_TAG: "d41d8cd9.dir"}) as child,
+    ):
+        params = log_config(HumanEvalConfig(limit=3))
+        log_curve("loss", [0, 1, 2, 3], [3.0, 2.5, 2.2, 2.1], ylabel="loss")
+        log_table(
+            [{"task_id": "a", "passed": True}, {"task_id": "b", "passed": False, "status": "timeout"}],
+            "evals/humaneval.json",
+        )
+    # a run started elsewhere (another process) nests under an explicit parent id
+    with start_stage_run("eval", parent_run_id=parent.info.run_id) as sibling:
+        pass
+    run = client.get_run(child.info.run_id)
+    assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
+    assert client.get_run(sibling.info.run_id).data.tags["mlflow.parentRunId"] == parent.info.run_id
+    assert run.data.tags[STAGE_TAG] == "sft" and run.data.tags[DATA_MD5_TAG] == "d41d8cd9.dir"
+    assert run.data.tags[GIT_COMMIT_TAG] == git_commit()
+    assert run.data.params["limit"] == "3" == params["limit"] and run.data.params["timeout_s"] == "5.0"
+    files = {f.path for f in client.list_artifacts(child.info.run_id)} | {
+        f.path for d in ("curves", "evals") for f in client.list_artifacts(child.info.run_id, d)
+    }
+    assert {"config.json", "curves/loss.png", "evals/humaneval.json"} <= files
+    local = mlflow.artifacts.download_artifacts(run_id=child.info.run_id, artifact_path="curves/loss.png")
+    with open(local, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert run.info.artifact_uri.startswith(workspace.mlflow_artifacts.resolve().as_uri())
+    table_file = mlflow.artifacts.download_artifacts(run_id=child.info.run_id, artifact_path="evals/humaneval.json")
+    with open(table_file) as f:
+        table = json.load(f)
+    assert table["columns"] == ["task_id", "passed", "status"] and len(table["data"]) == 2
+
+
+def test_register_alias_gate_rollback_and_load(client, tokenizer, tmp_path, model_name):
+    v1 = register(
+        tmp_path, tokenizer, model_name, seed=1, metrics={"humaneval_pass_at_1": 0.30, "sft_heldout_loss": 2.0}
+    )
+    mv = client.get_model_version(model_name, v1)
+    assert mv.tags[STAGE_TAG] == "sft" and mv.tags[PROFILE_TAG] == "tiny" and mv.tags[GIT_COMMIT_TAG] == git_commit()
+    assert client.get_run(mv.run_id).data.tags[DATA_MD5_TAG] == "abc123.dir"
+    assert version_metrics(model_name, v1) == {"humaneval_pass_at_1": 0.30, "sft_heldout_loss": 2.0}
+    assert get_alias_version(model_name, "champion") is None
+    with pytest.raises(RollbackError, match="no previous champion"):
+        rollback(client, model_name)
+
+    # first candidate: no champion, promoted
+    set_alias(model_name, "candidate", v1)
+    assert promote(client, model_name, POLICY).promote
+    assert get_alias_version(model_name, "champion") == v1
+
+    # a regression beyond tolerance: refused, the champion stays, the refusal is recorded on the candidate
+    v2 = register(
+        tmp_path, tokenizer, model_name, seed=2, metrics={"humaneval_pass_at_1": 0.20, "sft_heldout_loss": 1.9}
+    )
+    set_alias(model_name, "candidate", v2)
+    decision = promote(client, model_name, POLICY)
+    assert not decision.promote and not decision.compared["humaneval_pass_at_1"]["ok"]
+    assert get_alias_version(model_name, "champion") == v1
+    tags = client.get_model_version(model_name, v2).tags
+    assert tags["promotion.decision"] == "refused" and tags["promotion.compared_to"] == v1
+    assert any("humaneval_pass_at_1" in r for r in json.loads(tags["promotion.reasons"])) and tags["promotion.at"]
+
+    # an improvement: promoted, the old champion becomes previous-champion
+    v3 = register(
+        tmp_path, tokenizer, model_name, seed=3, metrics={"humaneval_pass_at_1": 0.35, "sft_heldout_loss": 1.8}
+    )
+    set_alias(model_name, "candidate", v3)
+    assert promote(client, model_name, POLICY).promote
+    assert (get_alias_version(model_name, "champion"), get_alias_version(model_name, "previous-champion")) == (v3, v1)
+    assert client.get_model_version(model_name, v3).tags["promotion.decision"] == "promoted"
+
+    # and another one (v4 within tolerance of v3, passed by explicit version)
+    v4 = register(
+        tmp_path, tokenizer, model_name, seed=4, metrics={"humaneval_pass_at_1": 0.34, "sft_heldout_loss": 1.8}
+    )
+    assert promote(client, model_name, POLICY, version=v4).promote
+    assert json.loads(client.get_registered_model(model_name).tags[HISTORY_TAG]) == [v1, v3]
+
+    # the champion loads by alias with transformers and generates; it is v4's weights, not another version's
+    model, tok = load_model(f"models:/{model_name}@champion")
+    reference, _ = load_model(tmp_path / "ckpt-4")
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reference.state_dict().values()))
+    inputs = tok("def add(a, b):", return_tensors="pt")
+    out = model.generate(**inputs, max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id)
+    assert out.shape[1] > inputs["input_ids"].shape[1]
+    assert isinstance(tok.decode(out[0][inputs["input_ids"].shape[1] :]), str)
+
+    # rollbacks walk the history back: v4 -> v3 -> v1, then there is nothing left
+    assert rollback(client, model_name) == v3
+    assert (get_alias_version(model_name, "champion"), get_alias_version(model_name, "previous-champion")) == (v3, v1)
+    assert client.get_model_version(model_name, v3).tags["rollback.replaced"] == v4
+    assert rollback(client, model_name) == v1
+    assert get_alias_version(model_name, "champion") == v1
+    assert get_alias_version(model_name, "previous-champion") is None
+    with pytest.raises(RollbackError):
+        rollback(client, model_name)
+    name_only, _ = load_model(model_name)  # a bare name loads the champion
+    assert name_only.config.hidden_size == 32
+
+
+def test_promote_without_candidate_is_a_clear_error(client, tokenizer, tmp_path, model_name):
+    register(tmp_path, tokenizer, model_name, seed=5, metrics={"humaneval_pass_at_1": 0.1})
+    with pytest.raises(ValueError, match="no version given and no 'candidate' alias"):
+        promote(client, model_name, POLICY)
+
+
+def test_register_refuses_a_dir_without_tokenizer(client, tmp_path, model_name):
+    LlamaForCausalLM(
+        LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4)
+    ).save_pretrained(tmp_path / "bare")
+    with start_stage_run("sft") as run, pytest.raises(FileNotFoundError, match="tokenizer_config.json"):
+        register_checkpoint(tmp_path / "bare", model_name, run_id=run.info.run_id)
