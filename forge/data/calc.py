@@ -68,7 +68,7 @@ def evaluate(expression: str) -> float:
 def format_number(value: float) -> str:
     """Integers without a decimal point; other values with up to 6 decimals, trailing zeros dropped."""
     if abs(value - round(value)) < 1e-9:
-        return str(int(round(value)))
+        return str(round(value))
     return f"{value:.6f}".rstrip("0").rstrip(".")
 
 

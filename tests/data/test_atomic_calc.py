@@ -24,10 +24,9 @@ def test_atomic_dir_replaces_whole_dir_or_nothing(tmp_path):
     out = tmp_path / "mix"
     with atomic_dir(out) as tmp:
         (tmp / "a").write_text("1")
-    with pytest.raises(ValueError):
-        with atomic_dir(out) as tmp:
-            (tmp / "b").write_text("2")
-            raise ValueError("crash")
+    with pytest.raises(ValueError), atomic_dir(out) as tmp:
+        (tmp / "b").write_text("2")
+        raise ValueError("crash")
     assert sorted(p.name for p in out.iterdir()) == ["a"]
     with atomic_dir(out) as tmp:
         (tmp / "c").write_text("3")
