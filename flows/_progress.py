@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from forge.atomic import write_text_atomic
+from forge.atomic import atomic_write_text
 from forge.workspace import Workspace
 
 log = logging.getLogger("forge")
@@ -30,9 +30,9 @@ class RunSummary:
 
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(self.path, json.dumps(self.data, indent=2, default=str))
+        atomic_write_text(self.path, json.dumps(self.data, indent=2, default=str))
         archive = self.path.parent / f"{self.data['flow_run_id']}.json"
-        write_text_atomic(archive, json.dumps(self.data, indent=2, default=str))
+        atomic_write_text(archive, json.dumps(self.data, indent=2, default=str))
 
     def stage(self, name: str, **fields: Any) -> None:
         self.data["stages"].setdefault(name, {}).update(fields)

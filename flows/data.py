@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import mlflow
 from prefect import flow
 
@@ -28,4 +26,4 @@ def data_flow(config: RecipeConfig, tokenizer_dir: str, parent_run_id: str | Non
         for domain, row in mix["manifest"]["domains"].items():
             mlflow.log_metrics({f"{domain}_tokens": row["tokens"], f"{domain}_share": row["actual_share"]})
         mlflow.log_dict(mix["manifest"], "manifest.json")
-    return {"mix_dir": mix["mix_dir"], "data_md5": md5, "manifest": json.loads(json.dumps(mix["manifest"]))}
+    return {"mix_dir": mix["mix_dir"], "data_md5": md5, "manifest": mix["manifest"]}

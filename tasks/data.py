@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from prefect import task
 
 from forge.config import MixConfig, PoolsConfig
-from forge.hashing import tree_digest, value_digest
+from forge.hashing import tree_digest
 from forge.workspace import Workspace
 from tasks._cache import cached_task
 
@@ -42,15 +41,7 @@ def build_mix_task(cfg: MixConfig, pool_paths: dict[str, str], pools_digest: str
     out_dir = ws.mixes / cfg.name
     pools = {d: Path(pool_paths[d]) for d in DOMAINS}
     manifest = build_mix(pools, cfg, lambda s: count_chat_tokens(tokenizer, s), out_dir, heldout_rows)
-    return {"mix_dir": str(out_dir), "manifest": json.loads((out_dir / "manifest.json").read_text()),
-            "key": value_digest(cfg, pools_digest, tokenizer_dir, heldout_rows), "rows": _rows(manifest)}
-
-
-def _rows(manifest) -> int:
-    try:
-        return sum(d["rows"] for d in manifest["domains"].values())
-    except (TypeError, KeyError):
-        return -1
+    return {"mix_dir": str(out_dir), "manifest": manifest.model_dump(mode="json")}
 
 
 @task(name="version-data")
