@@ -23,9 +23,15 @@ log = logging.getLogger("forge")
 class RunSummary:
     def __init__(self, flow_run_id: str, profile: str, mlflow_run_id: str | None):
         self.path = Workspace.from_env().home / "runs" / "latest.json"
-        self.data: dict[str, Any] = {"flow_run_id": flow_run_id, "profile": profile, "pid": os.getpid(),
-                                     "mlflow_run_id": mlflow_run_id, "started": time.time(), "state": "running",
-                                     "stages": {}}
+        self.data: dict[str, Any] = {
+            "flow_run_id": flow_run_id,
+            "profile": profile,
+            "pid": os.getpid(),
+            "mlflow_run_id": mlflow_run_id,
+            "started": time.time(),
+            "state": "running",
+            "stages": {},
+        }
         self.save()
 
     def save(self) -> None:

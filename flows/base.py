@@ -17,6 +17,14 @@ def base_flow(config: RecipeConfig, parent_run_id: str | None = None, lineage: d
         return {"model_dir": config.base.hub_id, "tokenizer_dir": config.base.hub_id, "version": "hub"}
     corpora = digest_corpora()
     tokenizer_dir = run_stage("tokenizer", train_tokenizer_task, config.base.tokenizer, corpora, config.seed)
-    base = run_stage("pretrain", pretrain_task, config.base, config.runtime, tokenizer_dir, corpora,
-                     parent_run_id=parent_run_id, lineage=lineage)
+    base = run_stage(
+        "pretrain",
+        pretrain_task,
+        config.base,
+        config.runtime,
+        tokenizer_dir,
+        corpora,
+        parent_run_id=parent_run_id,
+        lineage=lineage,
+    )
     return {**base, "tokenizer_dir": tokenizer_dir}

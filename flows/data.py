@@ -8,20 +8,29 @@ from prefect import flow
 from flows._progress import run_stage
 from forge.config import RecipeConfig
 from forge.hashing import value_digest
-from registry.tracking import LINEAGE, start_stage_run
+from registry.tracking import DATA_MD5_TAG, STAGE_TAG, start_stage_run
 from tasks.data import build_mix_task, build_pools_task, digest_corpora, version_data_task
 
 
 @flow(name="data")
-def data_flow(config: RecipeConfig, tokenizer_dir: str, parent_run_id: str | None = None,
-              lineage: dict | None = None) -> dict:
+def data_flow(
+    config: RecipeConfig, tokenizer_dir: str, parent_run_id: str | None = None, lineage: dict | None = None
+) -> dict:
     corpora = digest_corpora()
     pools = run_stage("pools", build_pools_task, config.pools, corpora)
-    mix = run_stage("mix", build_mix_task, config.mix, pools, value_digest(config.pools, corpora), tokenizer_dir,
-                    config.eval.heldout_rows)
+    mix = run_stage(
+        "mix",
+        build_mix_task,
+        config.mix,
+        pools,
+        value_digest(config.pools, corpora),
+        tokenizer_dir,
+        config.eval.heldout_rows,
+    )
     md5 = run_stage("dvc", version_data_task)
-    with start_stage_run("data", parent_run_id=parent_run_id,
-                         tags={**(lineage or {}), LINEAGE.stage: "data", LINEAGE.data_md5: md5}):
+    with start_stage_run(
+        "data", parent_run_id=parent_run_id, tags={**(lineage or {}), STAGE_TAG: "data", DATA_MD5_TAG: md5}
+    ):
         mlflow.log_param("mix", config.mix.name)
         for domain, row in mix["manifest"]["domains"].items():
             mlflow.log_metrics({f"{domain}_tokens": row["tokens"], f"{domain}_share": row["actual_share"]})

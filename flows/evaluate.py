@@ -11,10 +11,24 @@ from tasks.evals import humaneval_task
 
 
 @flow(name="evaluate")
-def evaluate_flow(config: RecipeConfig, model_dir: str, model_name: str = "forge-policy", version: str = "",
-                  parent_run_id: str | None = None, lineage: dict | None = None) -> dict:
-    he = run_stage("eval-humaneval", humaneval_task, model_dir, model_name, version, config.eval.humaneval,
-                   parent_run_id=parent_run_id, lineage=lineage)
+def evaluate_flow(
+    config: RecipeConfig,
+    model_dir: str,
+    model_name: str = "forge-policy",
+    version: str = "",
+    parent_run_id: str | None = None,
+    lineage: dict | None = None,
+) -> dict:
+    he = run_stage(
+        "eval-humaneval",
+        humaneval_task,
+        model_dir,
+        model_name,
+        version,
+        config.eval.humaneval,
+        parent_run_id=parent_run_id,
+        lineage=lineage,
+    )
     return he["metrics"]
 
 

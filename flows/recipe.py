@@ -21,7 +21,15 @@ from flows.evaluate import evaluate_flow
 from flows.sft import sft_flow
 from forge.config import RecipeConfig, load_profile
 from forge.workspace import Workspace
-from registry.tracking import LINEAGE, git_commit, init_mlflow, log_config, start_stage_run
+from registry.tracking import (
+    FLOW_RUN_ID_TAG,
+    GIT_COMMIT_TAG,
+    PROFILE_TAG,
+    git_commit,
+    init_mlflow,
+    log_config,
+    start_stage_run,
+)
 from tasks.promotion import promote_task
 
 
@@ -32,8 +40,7 @@ def recipe(profile: str = "tiny", config: RecipeConfig | None = None) -> dict:
     ws = Workspace.from_env()
     init_mlflow(ws)
     flow_run_id = str(flow_run.id)
-    lineage = {LINEAGE.git_commit: git_commit(ws.root), LINEAGE.flow_run_id: flow_run_id,
-               LINEAGE.profile: cfg.profile}
+    lineage = {GIT_COMMIT_TAG: git_commit(ws.root), FLOW_RUN_ID_TAG: flow_run_id, PROFILE_TAG: cfg.profile}
     started = time.time()
     with start_stage_run("recipe", tags=lineage) as run:
         summary = RunSummary(flow_run_id, cfg.profile, run.info.run_id)
@@ -44,8 +51,9 @@ def recipe(profile: str = "tiny", config: RecipeConfig | None = None) -> dict:
             base = base_flow(cfg, parent_run_id=parent, lineage=lineage)
             data = data_flow(cfg, base["tokenizer_dir"], parent_run_id=parent, lineage=lineage)
             sft = sft_flow(cfg, base, data, parent_run_id=parent, lineage=lineage)
-            metrics = evaluate_flow(cfg, sft["model_dir"], "forge-policy", sft["version"], parent_run_id=parent,
-                                    lineage=lineage)
+            metrics = evaluate_flow(
+                cfg, sft["model_dir"], "forge-policy", sft["version"], parent_run_id=parent, lineage=lineage
+            )
             release = run_stage("promote", promote_task, "forge-policy", sft["version"], cfg.promotion)
             summary.finish("completed")
         except BaseException:
@@ -53,9 +61,16 @@ def recipe(profile: str = "tiny", config: RecipeConfig | None = None) -> dict:
             raise
         finally:
             set_summary(None)
-    return {"flow_run_id": flow_run_id, "mlflow_run_id": run.info.run_id, "policy_version": sft["version"],
-            "data_md5": data["data_md5"], "metrics": {**sft["metrics"], **metrics}, "release": release,
-            "seconds": round(time.time() - started, 1), "stages": summary.data["stages"]}
+    return {
+        "flow_run_id": flow_run_id,
+        "mlflow_run_id": run.info.run_id,
+        "policy_version": sft["version"],
+        "data_md5": data["data_md5"],
+        "metrics": {**sft["metrics"], **metrics},
+        "release": release,
+        "seconds": round(time.time() - started, 1),
+        "stages": summary.data["stages"],
+    }
 
 
 if __name__ == "__main__":

@@ -7,22 +7,41 @@ from prefect import flow
 
 from flows._progress import run_stage
 from forge.config import RecipeConfig
-from registry.tracking import LINEAGE, start_stage_run
+from registry.tracking import DATA_MD5_TAG, STAGE_TAG, start_stage_run
 from tasks.training import register_policy_task, sft_stage_task
 
 
 @flow(name="sft")
-def sft_flow(config: RecipeConfig, base: dict, data: dict, parent_run_id: str | None = None,
-             lineage: dict | None = None) -> dict:
-    tags = {**(lineage or {}), LINEAGE.stage: "sft", LINEAGE.data_md5: data["data_md5"]}
+def sft_flow(
+    config: RecipeConfig, base: dict, data: dict, parent_run_id: str | None = None, lineage: dict | None = None
+) -> dict:
+    tags = {**(lineage or {}), STAGE_TAG: "sft", DATA_MD5_TAG: data["data_md5"]}
     with start_stage_run("sft", parent_run_id=parent_run_id, tags=tags) as run:
         model_dir, metrics = base["model_dir"], {}
         for i, stage in enumerate(config.sft.curriculum):
-            out = run_stage(f"sft-{i + 1}-{stage.name}", sft_stage_task, stage, i, config.sft, config.runtime,
-                            model_dir, data["mix_dir"], data["data_md5"], parent_run_id=run.info.run_id,
-                            lineage=tags)
+            out = run_stage(
+                f"sft-{i + 1}-{stage.name}",
+                sft_stage_task,
+                stage,
+                i,
+                config.sft,
+                config.runtime,
+                model_dir,
+                data["mix_dir"],
+                data["data_md5"],
+                parent_run_id=run.info.run_id,
+                lineage=tags,
+            )
             model_dir, metrics = out["model_dir"], out["metrics"]
     final = {"sft_heldout_loss": metrics["eval_loss_after"]}
-    reg = run_stage("register-policy", register_policy_task, model_dir, data["data_md5"], base["version"], final,
-                    parent_run_id=run.info.run_id, lineage=tags)
+    reg = run_stage(
+        "register-policy",
+        register_policy_task,
+        model_dir,
+        data["data_md5"],
+        base["version"],
+        final,
+        parent_run_id=run.info.run_id,
+        lineage=tags,
+    )
     return {"model_dir": model_dir, "version": reg["version"], "metrics": final}

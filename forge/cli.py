@@ -60,9 +60,11 @@ def run(
     started = time.time()
     result = recipe(profile=cfg.profile, config=cfg)
     _print_stages(result["stages"])
-    console.print(f"policy version {result['policy_version']} · data md5 {result['data_md5']} · "
-                  f"promotion: {'promoted' if result['release']['promoted'] else 'refused'} · "
-                  f"{time.time() - started:.1f} s")
+    console.print(
+        f"policy version {result['policy_version']} · data md5 {result['data_md5']} · "
+        f"promotion: {'promoted' if result['release']['promoted'] else 'refused'} · "
+        f"{time.time() - started:.1f} s"
+    )
     for key, value in result["metrics"].items():
         console.print(f"  {key} = {value:.4f}")
 
@@ -72,8 +74,13 @@ def _print_stages(stages: dict) -> None:
     for col in ("stage", "state", "seconds", "MLflow run", "version"):
         table.add_column(col)
     for name, st in stages.items():
-        table.add_row(name, st.get("state", "?"), f"{st.get('seconds', 0):.1f}", str(st.get("run_id", "") or "")[:12],
-                      str(st.get("version", "") or ""))
+        table.add_row(
+            name,
+            st.get("state", "?"),
+            f"{st.get('seconds', 0):.1f}",
+            str(st.get("run_id", "") or "")[:12],
+            str(st.get("version", "") or ""),
+        )
     console.print(table)
 
 
@@ -104,8 +111,10 @@ def status(as_json: bool = typer.Option(False, "--json", help="Print the raw sum
     if as_json:
         console.print_json(data=summary)
         return
-    console.print(f"flow run {summary['flow_run_id']} · profile {summary['profile']} · {summary['state']} · "
-                  f"MLflow run {summary.get('mlflow_run_id')}")
+    console.print(
+        f"flow run {summary['flow_run_id']} · profile {summary['profile']} · {summary['state']} · "
+        f"MLflow run {summary.get('mlflow_run_id')}"
+    )
     _print_stages(summary["stages"])
 
 
@@ -116,11 +125,24 @@ def ui(prefect_port: int = 4200, mlflow_port: int = 5000) -> None:
     bindir = Path(sys.executable).parent
     env = {**os.environ, "PREFECT_SERVER_API_HOST": "127.0.0.1", "PREFECT_SERVER_API_PORT": str(prefect_port)}
     procs = [
-        subprocess.Popen([str(bindir / "prefect"), "server", "start", "--host", "127.0.0.1", "--port",
-                          str(prefect_port)], env=env),
-        subprocess.Popen([str(bindir / "mlflow"), "ui", "--backend-store-uri", ws.mlflow_uri,
-                          "--default-artifact-root", ws.mlflow_artifacts.as_uri(), "--host", "127.0.0.1",
-                          "--port", str(mlflow_port)], env=env),
+        subprocess.Popen(
+            [str(bindir / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(prefect_port)], env=env
+        ),
+        subprocess.Popen(
+            [
+                str(bindir / "mlflow"),
+                "ui",
+                "--backend-store-uri",
+                ws.mlflow_uri,
+                "--default-artifact-root",
+                ws.mlflow_artifacts.as_uri(),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(mlflow_port),
+            ],
+            env=env,
+        ),
     ]
     console.print(f"Prefect UI  http://127.0.0.1:{prefect_port}\nMLflow UI   http://127.0.0.1:{mlflow_port}")
     console.print(f"(to run flows against this server: export PREFECT_API_URL=http://127.0.0.1:{prefect_port}/api)")

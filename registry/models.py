@@ -111,18 +111,23 @@ def _checkpoint_dir(root: Path) -> Path:
     return found[0].parent
 
 
+def download_checkpoint(uri_or_name: str | Path, alias: str | None = None, *,
+                        dst_path: str | Path | None = None) -> Path:
+    """The local ``save_pretrained`` folder behind a registry URI, a model name (+ alias) or a local folder."""
+    local = Path(uri_or_name)
+    if local.is_dir():
+        return _checkpoint_dir(local)
+    uri = model_uri(str(uri_or_name), alias)
+    root = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(dst_path) if dst_path else None)
+    return _checkpoint_dir(Path(root))
+
+
 def load_model(uri_or_name: str | Path, alias: str | None = None, *, dst_path: str | Path | None = None):
     """Load ``(model, tokenizer)`` with transformers from a registry URI, a model name (+ alias, default
     ``champion``) or a local checkpoint directory."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    local = Path(uri_or_name)
-    if local.is_dir():
-        ckpt = _checkpoint_dir(local)
-    else:
-        uri = model_uri(str(uri_or_name), alias)
-        root = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(dst_path) if dst_path else None)
-        ckpt = _checkpoint_dir(Path(root))
+    ckpt = download_checkpoint(uri_or_name, alias, dst_path=dst_path)
     tokenizer = AutoTokenizer.from_pretrained(ckpt)
     model = AutoModelForCausalLM.from_pretrained(ckpt)
     model.eval()

@@ -27,8 +27,9 @@ class LibrarySource(CachePolicy):
 
     modules: tuple[str, ...] = field(default_factory=tuple)
 
-    def compute_key(self, task_ctx: Any, inputs: dict[str, Any], flow_parameters: dict[str, Any], **kwargs: Any
-                    ) -> Optional[str]:
+    def compute_key(
+        self, task_ctx: Any, inputs: dict[str, Any], flow_parameters: dict[str, Any], **kwargs: Any
+    ) -> Optional[str]:
         h = hashlib.sha256()
         for name in self.modules:
             h.update(inspect.getsource(importlib.import_module(name)).encode())

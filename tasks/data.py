@@ -27,8 +27,9 @@ def build_pools_task(cfg: PoolsConfig, corpora_digest: str) -> dict[str, str]:
 
 
 @cached_task(name="build-mix", modules=("forge.data.mix", "forge.data.jsonl", "forge.training.tokenizer"))
-def build_mix_task(cfg: MixConfig, pool_paths: dict[str, str], pools_digest: str, tokenizer_dir: str,
-                   heldout_rows: int) -> dict:
+def build_mix_task(
+    cfg: MixConfig, pool_paths: dict[str, str], pools_digest: str, tokenizer_dir: str, heldout_rows: int
+) -> dict:
     """Sample the SFT mix in target token shares; returns the mix folder and its manifest."""
     from transformers import AutoTokenizer
 

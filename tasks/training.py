@@ -16,7 +16,7 @@ import mlflow
 from forge.config import BaseModelConfig, SFTConfig, SFTStageConfig, TokenizerConfig, TrainingRuntimeConfig
 from forge.hashing import value_digest
 from forge.workspace import Workspace
-from registry.tracking import LINEAGE, log_config, log_curve, start_stage_run
+from registry.tracking import DATA_MD5_TAG, PARENT_VERSION_TAG, STAGE_TAG, log_config, log_curve, start_stage_run
 from tasks._cache import cached_task
 
 
@@ -44,8 +44,14 @@ def train_tokenizer_task(cfg: TokenizerConfig, corpora_digest: str, seed: int) -
 
 
 @cached_task(name="pretrain-base", modules=("forge.training.base_model", "forge.data.pools", "forge.data.corpora"))
-def pretrain_task(cfg: BaseModelConfig, runtime: TrainingRuntimeConfig, tokenizer_dir: str, corpora_digest: str,
-                  parent_run_id: str | None = None, lineage: dict | None = None) -> dict:
+def pretrain_task(
+    cfg: BaseModelConfig,
+    runtime: TrainingRuntimeConfig,
+    tokenizer_dir: str,
+    corpora_digest: str,
+    parent_run_id: str | None = None,
+    lineage: dict | None = None,
+) -> dict:
     """Stage 0: build the tiny Llama and pre-train it on the corpora; register it as ``forge-base``."""
     from transformers import AutoTokenizer
 
@@ -55,7 +61,7 @@ def pretrain_task(cfg: BaseModelConfig, runtime: TrainingRuntimeConfig, tokenize
 
     ws = Workspace.from_env()
     out = ws.models / f"base-{value_digest(cfg, runtime, tokenizer_dir, corpora_digest)}"
-    tags = {**(lineage or {}), LINEAGE.stage: "base"}
+    tags = {**(lineage or {}), STAGE_TAG: "base"}
     with start_stage_run("stage0-base", parent_run_id=parent_run_id, tags=tags) as run:
         log_config(cfg)
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -63,7 +69,10 @@ def pretrain_task(cfg: BaseModelConfig, runtime: TrainingRuntimeConfig, tokenize
         model = build_model(cfg, tokenizer)
         mlflow.log_param("parameters", sum(p.numel() for p in model.parameters()))
         result = pretrain(model, tokenizer, texts, cfg, runtime, out, log_metrics=_mlflow_logger())
-        metrics = {"heldout_loss_initial": result.initial_heldout_loss, "heldout_loss_final": result.final_heldout_loss}
+        metrics = {
+            "heldout_loss_initial": result.initial_heldout_loss,
+            "heldout_loss_final": result.final_heldout_loss,
+        }
         mlflow.log_metrics(metrics)
         steps = [p[0] for p in result.curve if p[2] is not None]
         log_curve("pretrain_heldout_loss", steps, [p[2] for p in result.curve if p[2] is not None], "held-out loss")
@@ -73,9 +82,17 @@ def pretrain_task(cfg: BaseModelConfig, runtime: TrainingRuntimeConfig, tokenize
 
 
 @cached_task(name="sft-stage", modules=("forge.training.sft", "forge.training.tokenizer", "forge.data.jsonl"))
-def sft_stage_task(stage: SFTStageConfig, index: int, sft: SFTConfig, runtime: TrainingRuntimeConfig,
-                   init_model_dir: str, mix_dir: str, data_md5: str, parent_run_id: str | None = None,
-                   lineage: dict | None = None) -> dict:
+def sft_stage_task(
+    stage: SFTStageConfig,
+    index: int,
+    sft: SFTConfig,
+    runtime: TrainingRuntimeConfig,
+    init_model_dir: str,
+    mix_dir: str,
+    data_md5: str,
+    parent_run_id: str | None = None,
+    lineage: dict | None = None,
+) -> dict:
     """One curriculum stage: SFT at ``stage.max_length`` tokens from the previous stage's weights."""
     from forge.data.jsonl import read_jsonl
     from forge.data.schemas import ChatSample
@@ -86,28 +103,44 @@ def sft_stage_task(stage: SFTStageConfig, index: int, sft: SFTConfig, runtime: T
     train_rows = [r for shard in sorted(mix.glob("train-*.jsonl")) for r in read_jsonl(shard, ChatSample).rows]
     eval_rows = read_jsonl(mix / "heldout.jsonl", ChatSample).rows
     out = ws.models / f"sft-{index}-{value_digest(stage, sft, runtime, init_model_dir, data_md5)}"
-    tags = {**(lineage or {}), LINEAGE.stage: f"sft/{stage.name}", LINEAGE.data_md5: data_md5}
+    tags = {**(lineage or {}), STAGE_TAG: f"sft/{stage.name}", DATA_MD5_TAG: data_md5}
     started = time.time()
     with start_stage_run(f"sft-{index + 1}-{stage.name}", parent_run_id=parent_run_id, tags=tags) as run:
         log_config(stage)
-        result = run_sft_stage(Path(init_model_dir), train_rows, eval_rows, stage, sft, runtime, out,
-                               log_metrics=_mlflow_logger())
-        metrics = {"eval_loss_before": result.eval_loss_before, "eval_loss_after": result.eval_loss_after,
-                   "train_tokens": result.tokens, "padding_fraction": result.padding_fraction}
+        result = run_sft_stage(
+            Path(init_model_dir), train_rows, eval_rows, stage, sft, runtime, out, log_metrics=_mlflow_logger()
+        )
+        metrics = {
+            "eval_loss_before": result.eval_loss_before,
+            "eval_loss_after": result.eval_loss_after,
+            "train_tokens": result.tokens,
+            "padding_fraction": result.padding_fraction,
+        }
         mlflow.log_metrics(metrics)
-        log_curve(f"sft_{stage.name}_train_loss", [p[0] for p in result.curve], [p[1] for p in result.curve],
-                  "train loss")
+        log_curve(
+            f"sft_{stage.name}_train_loss", [p[0] for p in result.curve], [p[1] for p in result.curve], "train loss"
+        )
     return {"model_dir": str(out), "run_id": run.info.run_id, "metrics": metrics, "seconds": time.time() - started}
 
 
 @cached_task(name="register-policy", modules=("registry.models",))
-def register_policy_task(model_dir: str, data_md5: str, parent_version: str, metrics: dict,
-                         parent_run_id: str | None = None, lineage: dict | None = None) -> dict:
+def register_policy_task(
+    model_dir: str,
+    data_md5: str,
+    parent_version: str,
+    metrics: dict,
+    parent_run_id: str | None = None,
+    lineage: dict | None = None,
+) -> dict:
     """Register the final SFT checkpoint as a new ``forge-policy`` version with its lineage tags."""
     from registry.models import register_checkpoint, set_version_metrics
 
-    tags = {**(lineage or {}), LINEAGE.stage: "sft", LINEAGE.parent_version: f"forge-base/{parent_version}",
-            LINEAGE.data_md5: data_md5}
+    tags = {
+        **(lineage or {}),
+        STAGE_TAG: "sft",
+        PARENT_VERSION_TAG: f"forge-base/{parent_version}",
+        DATA_MD5_TAG: data_md5,
+    }
     with start_stage_run("register-policy", parent_run_id=parent_run_id, tags=tags) as run:
         version = register_checkpoint(Path(model_dir), "forge-policy", run_id=run.info.run_id, tags=tags)
         set_version_metrics("forge-policy", version, metrics)
