@@ -35,9 +35,9 @@ def evaluate_flow(
 @flow(name="evaluate-registered")
 def evaluate_registered(profile: str = "tiny", model_name: str = "forge-policy", alias: str = "candidate") -> dict:
     """Evaluate the version behind ``models:/<model_name>@<alias>`` (the scheduled `evaluate` deployment)."""
+    from forge.workspace import Workspace
     from registry.models import download_checkpoint, get_alias_version
     from registry.tracking import init_mlflow
-    from forge.workspace import Workspace
 
     init_mlflow(Workspace.from_env())
     version = get_alias_version(model_name, alias)

@@ -27,7 +27,7 @@ from rich.logging import RichHandler
 from rich.table import Table
 
 from forge.data.cli import app as data_app
-from forge.workspace import Workspace, configure_environment
+from forge.workspace import configure_environment
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Forge: the Nanbeige4.1 post-training recipe.")
 app.add_typer(data_app, name="data", help="Validate and inspect datasets.")

@@ -12,7 +12,7 @@ import hashlib
 import importlib
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from prefect import task
 from prefect.cache_policies import INPUTS, TASK_SOURCE, CachePolicy
@@ -29,7 +29,7 @@ class LibrarySource(CachePolicy):
 
     def compute_key(
         self, task_ctx: Any, inputs: dict[str, Any], flow_parameters: dict[str, Any], **kwargs: Any
-    ) -> Optional[str]:
+    ) -> str | None:
         h = hashlib.sha256()
         for name in self.modules:
             h.update(inspect.getsource(importlib.import_module(name)).encode())

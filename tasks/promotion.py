@@ -9,10 +9,10 @@ from forge.config import PromotionConfig
 
 @task(name="promote")
 def promote_task(model_name: str, version: str, policy: PromotionConfig) -> dict:
+    from forge.workspace import Workspace
     from registry.models import set_alias
     from registry.promotion import promote
     from registry.tracking import init_mlflow
-    from forge.workspace import Workspace
 
     client = init_mlflow(Workspace.from_env())
     set_alias(model_name, "candidate", version)
