@@ -225,6 +225,7 @@ def pretrain(
         gradient_checkpointing=runtime.gradient_checkpointing,
         seed=cfg.seed,
         dataloader_num_workers=0,
+        dataloader_pin_memory=torch.cuda.is_available(),
         disable_tqdm=True,
     )
     trainer = Trainer(
