@@ -1,0 +1,248 @@
+"""Stage 3: supervised fine-tuning, one curriculum stage at a time, with TRL's ``SFTTrainer``.
+
+The paper grows the context 32k → 64k → 256k (§2.1.1); the tiny profile 256 → 512 → 1024 tokens. Each
+stage starts from the previous stage's output directory. Conversations are tokenized here with
+:func:`forge.training.tokenizer.encode_chat`, so the loss mask is per assistant turn (a turn the critic or
+a reviewer rejected has ``loss=False`` and is context only).
+
+How the mask reaches the loss in TRL 1.16: a pre-tokenized dataset (it has ``input_ids``) skips TRL's
+tokenization; ``_prepare_dataset`` then builds a ``labels`` column from ``completion_mask`` when
+``completion_only_loss=True`` (token kept where the mask is 1, -100 elsewhere) and drops fully-masked
+rows; the collator pads ``labels`` with -100. :func:`build_sft_trainer` returns the trainer without
+training, so tests can inspect a collated batch.
+
+    result = run_sft_stage(base_dir, train_rows, eval_rows, cfg.sft.curriculum[0], cfg.sft, cfg.runtime, out)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers.trainer_callback import PrinterCallback
+from trl import SFTConfig as TRLSFTConfig
+from trl import SFTTrainer
+from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+from forge.config import SFTConfig, SFTStageConfig, TrainingRuntimeConfig
+from forge.data.schemas import ChatSample
+from forge.training.checkpoints import (
+    ForwardMetrics,
+    MetricsLogger,
+    apply_runtime,
+    find_resume_checkpoint,
+    save_atomically,
+    work_dir_for,
+)
+from forge.training.tokenizer import encode_chat
+
+logger = logging.getLogger(__name__)
+
+STATE_FILE = "forge_sft.json"
+
+
+def tokenize_rows(tokenizer: PreTrainedTokenizerBase, rows: list[ChatSample], max_length: int) -> Dataset:
+    """Encode conversations into a ``datasets.Dataset`` with ``input_ids`` and ``completion_mask`` columns.
+
+    Rows whose trained turns fall entirely past ``max_length`` keep no loss tokens; TRL drops them.
+    """
+    encoded = [encode_chat(tokenizer, row, max_length) for row in rows]
+    return Dataset.from_dict(
+        {"input_ids": [e["input_ids"] for e in encoded], "completion_mask": [e["completion_mask"] for e in encoded]}
+    )
+
+
+class CountingCollator:
+    """TRL's LM collator plus counts of real and padded positions, for the padding-fraction metric.
+
+    Output of ``__call__``: ``input_ids`` / ``attention_mask`` / ``labels`` LongTensors of shape
+    ``(batch, longest_in_batch)``, labels padded with -100.
+    """
+
+    def __init__(self, pad_token_id: int) -> None:
+        self.inner = DataCollatorForLanguageModeling(pad_token_id=pad_token_id)
+        self.counting = True
+        self.real_tokens = 0
+        self.positions = 0
+
+    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
+        batch = self.inner(examples)
+        if self.counting:
+            self.real_tokens += int(batch["attention_mask"].sum())
+            self.positions += batch["attention_mask"].numel()
+        return batch
+
+
+def build_sft_trainer(
+    model_dir: Path,
+    train_rows: list[ChatSample],
+    eval_rows: list[ChatSample],
+    stage: SFTStageConfig,
+    sft: SFTConfig,
+    runtime: TrainingRuntimeConfig,
+    work_dir: Path,
+    log_metrics: MetricsLogger | None = None,
+) -> SFTTrainer:
+    """An ``SFTTrainer`` for one curriculum stage, ready to ``train()`` (nothing trained yet)."""
+    apply_runtime(runtime)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    model.config.pad_token_id = tokenizer.pad_token_id
+    train_ds = tokenize_rows(tokenizer, train_rows, stage.max_length)
+    eval_ds = tokenize_rows(tokenizer, eval_rows, stage.max_length)
+    args = TRLSFTConfig(
+        output_dir=str(work_dir),
+        max_steps=stage.max_steps,
+        learning_rate=stage.learning_rate,
+        per_device_train_batch_size=stage.per_device_batch_size,
+        per_device_eval_batch_size=stage.per_device_batch_size,
+        gradient_accumulation_steps=stage.gradient_accumulation_steps,
+        lr_scheduler_type="cosine",
+        warmup_steps=max(1, stage.max_steps // 20),
+        max_length=stage.max_length,
+        packing=sft.packing,
+        # Our own per-turn mask is the loss mask: completion_only_loss folds `completion_mask` into labels.
+        # assistant_only_loss stays off, it would re-render conversations with TRL's template and ignore it.
+        completion_only_loss=sft.assistant_only_loss,
+        assistant_only_loss=False,
+        logging_steps=max(1, min(10, sft.save_steps)),
+        save_strategy="steps",
+        save_steps=sft.save_steps,
+        save_total_limit=2,
+        eval_strategy="no",
+        report_to="none",
+        bf16=runtime.bf16,
+        gradient_checkpointing=runtime.gradient_checkpointing,
+        seed=sft.seed,
+        dataloader_num_workers=0,
+        dataloader_pin_memory=torch.cuda.is_available(),
+        disable_tqdm=True,
+    )
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=train_ds,
+        eval_dataset=eval_ds,
+        processing_class=tokenizer,
+        data_collator=CountingCollator(tokenizer.pad_token_id),
+        callbacks=[ForwardMetrics(log_metrics, prefix=f"sft/{stage.name}/")],
+    )
+    trainer.remove_callback(PrinterCallback)
+    return trainer
+
+
+@dataclass
+class SFTStageResult:
+    stage: str
+    out_dir: Path
+    eval_loss_before: float
+    eval_loss_after: float
+    train_curve: list[tuple[int, float]] = field(default_factory=list)
+    steps: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    padding_fraction: float = 0.0
+    resumed_from_step: int | None = None
+    train_rows: int = 0
+    eval_rows: int = 0
+
+
+def _evaluate(trainer: SFTTrainer) -> float:
+    collator: CountingCollator = trainer.data_collator
+    collator.counting = False  # padding is a training-throughput figure; eval batches would blur it
+    try:
+        return float(trainer.evaluate()["eval_loss"])
+    finally:
+        collator.counting = True
+
+
+def run_sft_stage(
+    model_dir: Path,
+    train_rows: list[ChatSample],
+    eval_rows: list[ChatSample],
+    stage: SFTStageConfig,
+    sft: SFTConfig,
+    runtime: TrainingRuntimeConfig,
+    out_dir: Path,
+    log_metrics: MetricsLogger | None = None,
+) -> SFTStageResult:
+    """Fine-tune the model in ``model_dir`` for one curriculum stage; write the result to ``out_dir`` atomically.
+
+    A checkpoint left in the stage's work dir (``.<out_dir name>.work``) by a killed run is resumed.
+
+    Returns:
+        Held-out chat loss before and after, the ``(step, train_loss)`` curve, steps, trained tokens (non-pad
+        positions seen by this call), seconds, and the padding fraction of the training batches.
+    """
+    start = time.monotonic()
+    out_dir = Path(out_dir)
+    work_dir = work_dir_for(out_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    trainer = build_sft_trainer(model_dir, train_rows, eval_rows, stage, sft, runtime, work_dir, log_metrics)
+
+    state_path = work_dir / STATE_FILE
+    resume = find_resume_checkpoint(work_dir)
+    if resume and state_path.exists():
+        before = json.loads(state_path.read_text())["eval_loss_before"]
+    else:
+        before = _evaluate(trainer)
+        state_path.write_text(json.dumps({"eval_loss_before": before}))
+    if resume:
+        logger.info("sft %s: resuming from %s", stage.name, resume)
+    logger.info("sft %s: %d train rows, held-out loss %.4f before", stage.name, len(trainer.train_dataset), before)
+
+    trainer.train(resume_from_checkpoint=resume)
+    after = _evaluate(trainer)
+    logger.info("sft %s: %d steps, held-out loss %.4f after", stage.name, trainer.state.global_step, after)
+    save_atomically(trainer.model, trainer.processing_class, out_dir)
+    shutil.rmtree(work_dir, ignore_errors=True)
+
+    collator: CountingCollator = trainer.data_collator
+    curve = [(int(r["step"]), float(r["loss"])) for r in trainer.state.log_history if "loss" in r]
+    return SFTStageResult(
+        stage=stage.name,
+        out_dir=out_dir,
+        eval_loss_before=before,
+        eval_loss_after=after,
+        train_curve=curve,
+        steps=trainer.state.global_step,
+        tokens=collator.real_tokens,
+        seconds=time.monotonic() - start,
+        padding_fraction=1.0 - collator.real_tokens / collator.positions if collator.positions else 0.0,
+        resumed_from_step=int(Path(resume).name.split("-")[-1]) if resume else None,
+        train_rows=len(trainer.train_dataset),
+        eval_rows=len(trainer.eval_dataset),
+    )
+
+
+def run_sft_curriculum(
+    base_dir: Path,
+    train_rows: list[ChatSample],
+    eval_rows: list[ChatSample],
+    sft: SFTConfig,
+    runtime: TrainingRuntimeConfig,
+    out_root: Path,
+    log_metrics: MetricsLogger | None = None,
+) -> list[SFTStageResult]:
+    """Run every curriculum stage in order, each from the previous stage's output (``out_root/<stage name>``).
+
+    A stage whose output already exists is not retrained (a rerun after a crash continues where it stopped).
+    """
+    results: list[SFTStageResult] = []
+    model_dir = Path(base_dir)
+    for stage in sft.curriculum:
+        out_dir = Path(out_root) / stage.name
+        if (out_dir / "config.json").exists():
+            logger.info("sft %s: %s exists, skipping", stage.name, out_dir)
+        else:
+            results.append(run_sft_stage(model_dir, train_rows, eval_rows, stage, sft, runtime, out_dir, log_metrics))
+        model_dir = out_dir
+    return results
