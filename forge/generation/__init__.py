@@ -1,0 +1,54 @@
+"""Generation backends behind one interface, chosen by name and imported only when chosen.
+
+    from forge.generation import get_backend
+    backend = get_backend("transformers", model=".forge/models/sft/ctx-1024")
+    backend = get_backend("openai", base_url="http://127.0.0.1:8000/v1")
+    backend = get_backend("vllm", model="Nanbeige/Nanbeige4.1-3B")    # GPU extra only
+
+The registry maps names to dotted paths (as verl's rollout registry does), so importing this package never
+imports vLLM or an HTTP client; a backend whose packages are missing is refused with an install hint.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import Any
+
+from forge.generation.base import GenerationBackend, format_assistant_text
+
+BACKENDS: dict[str, str] = {
+    "transformers": "forge.generation.transformers_backend:TransformersBackend",
+    "vllm": "forge.generation.vllm_backend:VLLMBackend",
+    "openai": "forge.generation.openai_backend:OpenAIBackend",
+}
+# Third-party packages each backend needs, checked before the backend is constructed.
+REQUIREMENTS: dict[str, tuple[str, ...]] = {
+    "transformers": ("torch", "transformers"),
+    "vllm": ("vllm",),
+    "openai": ("httpx",),
+}
+INSTALL_HINTS: dict[str, str] = {
+    "vllm": "install the GPU extra on a CUDA machine: pip install -e '.[gpu]'",
+}
+
+
+def get_backend(name: str, **kwargs: Any) -> GenerationBackend:
+    """Construct the backend registered as ``name`` with ``kwargs``.
+
+    Raises:
+        ValueError: unknown name.
+        ImportError: a package the backend needs is not installed (the message says how to install it).
+    """
+    if name not in BACKENDS:
+        raise ValueError(f"unknown generation backend {name!r}; known: {', '.join(sorted(BACKENDS))}")
+    missing = [pkg for pkg in REQUIREMENTS[name] if importlib.util.find_spec(pkg) is None]
+    if missing:
+        hint = INSTALL_HINTS.get(name, f"pip install {' '.join(missing)}")
+        raise ImportError(f"generation backend {name!r} needs {', '.join(missing)}, which is not installed: {hint}")
+    module_path, class_name = BACKENDS[name].split(":")
+    cls = getattr(importlib.import_module(module_path), class_name)
+    return cls(**kwargs)
+
+
+__all__ = ["BACKENDS", "GenerationBackend", "format_assistant_text", "get_backend"]
