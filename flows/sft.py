@@ -33,15 +33,15 @@ def sft_flow(
                 lineage=tags,
             )
             model_dir, metrics = out["model_dir"], out["metrics"]
-    final = {"sft_heldout_loss": metrics["eval_loss_after"]}
-    reg = run_stage(
-        "register-policy",
-        register_policy_task,
-        model_dir,
-        data["data_md5"],
-        base["version"],
-        final,
-        parent_run_id=run.info.run_id,
-        lineage=tags,
-    )
+        final = {"sft_heldout_loss": metrics["eval_loss_after"]}
+        reg = run_stage(
+            "register-policy",
+            register_policy_task,
+            model_dir,
+            data["data_md5"],
+            base["version"],
+            final,
+            parent_run_id=run.info.run_id,
+            lineage=tags,
+        )
     return {"model_dir": model_dir, "version": reg["version"], "metrics": final}

@@ -38,6 +38,12 @@ def _setup_logging(verbose: bool = False) -> None:
     handler = RichHandler(console=console, show_path=False, rich_tracebacks=False)
     logging.basicConfig(level=logging.WARNING, format="%(message)s", handlers=[handler], force=True)
     logging.getLogger("forge").setLevel(logging.DEBUG if verbose else logging.INFO)
+    # MLflow warns on every offline log_model that it cannot fetch a model card from the hub: expected here.
+    logging.getLogger("mlflow.transformers").setLevel(logging.ERROR)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
 
 
 @app.command()

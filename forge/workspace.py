@@ -27,6 +27,9 @@ OFFLINE_ENV = {
     "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false",
     "TOKENIZERS_PARALLELISM": "false",
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+    # Progress is shown by Forge's own log lines; per-file download/shard bars only add noise.
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
 }
 
 

@@ -29,7 +29,7 @@ def humaneval_task(
     problems = load_problems(cfg.limit)
     tags = {**(lineage or {}), STAGE_TAG: "eval/humaneval", "forge.model": f"{model_name}/{version}"}
     with start_stage_run("eval-humaneval", parent_run_id=parent_run_id, tags=tags) as run:
-        backend = get_backend("transformers", model_path=model_dir)
+        backend = get_backend("transformers", model=model_dir, batch_size=cfg.batch_size)
         completions = generate_completions(backend, problems, cfg, temperature=0.0)
         report = evaluate_completions(problems, completions, cfg)
         metrics = {

@@ -118,7 +118,7 @@ def sft_stage_task(
         }
         mlflow.log_metrics(metrics)
         log_curve(
-            f"sft_{stage.name}_train_loss", [p[0] for p in result.curve], [p[1] for p in result.curve], "train loss"
+            f"sft_{stage.name}_train_loss", [p[0] for p in result.train_curve], [p[1] for p in result.train_curve], "train loss"
         )
     return {"model_dir": str(out), "run_id": run.info.run_id, "metrics": metrics, "seconds": time.time() - started}
 
