@@ -8,6 +8,7 @@ complete model or does not exist.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -17,7 +18,6 @@ from pathlib import Path
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
-from transformers.trainer_utils import get_last_checkpoint
 
 from forge.config import TrainingRuntimeConfig
 
@@ -32,10 +32,28 @@ def work_dir_for(out_dir: Path) -> Path:
 
 
 def find_resume_checkpoint(work_dir: Path) -> str | None:
-    """The newest ``checkpoint-N`` under ``work_dir``, or None when there is nothing to resume."""
+    """The newest *complete* ``checkpoint-N`` under ``work_dir``, or None when there is nothing to resume.
+
+    The Trainer writes a checkpoint in place (weights, optimizer, RNG, then ``trainer_state.json`` last), so a
+    run killed while saving leaves a newer but incomplete folder. It is removed, and the previous checkpoint,
+    which the Trainer deletes only after a new one is complete, is used instead.
+    """
     if not work_dir.is_dir():
         return None
-    return get_last_checkpoint(str(work_dir))
+    checkpoints = sorted(
+        (p for p in work_dir.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
+        key=lambda p: int(p.name.split("-")[-1]),
+        reverse=True,
+    )
+    for ckpt in checkpoints:
+        try:
+            json.loads((ckpt / "trainer_state.json").read_text())
+        except (OSError, ValueError):
+            logger.warning("removing incomplete checkpoint %s (the run was killed while saving it)", ckpt)
+            shutil.rmtree(ckpt, ignore_errors=True)
+            continue
+        return str(ckpt)
+    return None
 
 
 def save_atomically(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: Path) -> Path:
