@@ -53,13 +53,14 @@ def scenario(tmp_path_factory):
                    check=True)
     home = root / ".forge"
 
-    # Run 1: kill the whole process group once the second SFT stage has written a trainer checkpoint.
+    # Run 1: kill the whole process group once the second SFT stage has written a complete trainer checkpoint
+    # (a torn one is covered by tests/training/test_checkpoints.py).
     proc = subprocess.Popen([FORGE, "run", "--profile", str(PROFILE)], env=_env(root), cwd=root,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     deadline = time.time() + 900
     killed_at = None
     while time.time() < deadline and proc.poll() is None:
-        if list((home / "models").glob(".sft-1-*.work/checkpoint-*")):
+        if list((home / "models").glob(".sft-1-*.work/checkpoint-*/trainer_state.json")):
             os.killpg(proc.pid, signal.SIGKILL)
             killed_at = time.time()
             break
