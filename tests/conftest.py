@@ -29,3 +29,22 @@ def workspace():
 @pytest.fixture(scope="session")
 def scratch_dir() -> Path:
     return _SCRATCH
+
+
+@pytest.fixture(scope="session")
+def wiki_texts() -> list[str]:
+    """Real text: the 2WikiMultihopQA Wikipedia paragraphs shipped in corpora/ (6k paragraphs)."""
+    import gzip
+    import json
+
+    with gzip.open(WORKSPACE.corpora / "wiki2_corpus" / "2wikimultihopqa_corpus.json.gz", "rt") as f:
+        return [d["text"] for d in json.load(f)]
+
+
+@pytest.fixture(scope="session")
+def tokenizer(wiki_texts):
+    """A byte-level BPE with Forge's chat template, trained on ``wiki_texts``."""
+    from forge.config import TokenizerConfig
+    from forge.training.tokenizer import train_tokenizer
+
+    return train_tokenizer(wiki_texts, TokenizerConfig(vocab_size=1024, max_training_chars=400_000))
