@@ -32,13 +32,18 @@ def scratch_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def wiki_texts() -> list[str]:
-    """Real text: the 2WikiMultihopQA Wikipedia paragraphs shipped in corpora/ (6k paragraphs)."""
+def wiki_docs() -> list[dict]:
+    """Real text: the 2WikiMultihopQA Wikipedia paragraphs shipped in corpora/, ``{"title", "text"}`` (6k)."""
     import gzip
     import json
 
     with gzip.open(WORKSPACE.corpora / "wiki2_corpus" / "2wikimultihopqa_corpus.json.gz", "rt") as f:
-        return [d["text"] for d in json.load(f)]
+        return json.load(f)
+
+
+@pytest.fixture(scope="session")
+def wiki_texts(wiki_docs) -> list[str]:
+    return [d["text"] for d in wiki_docs]
 
 
 @pytest.fixture(scope="session")
