@@ -5,6 +5,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.forge-installed
 PROFILE ?= tiny
+# Some machines' pip.conf names local index folders that do not exist; pip warns once per package about them.
+PIP_QUIET := { grep -v "^WARNING: Location '.*' is ignored" || true; }
 
 # Offline and tidy (STACK.md): nothing reaches a hub, nothing phones home.
 export HF_HUB_OFFLINE := 1
@@ -23,8 +25,8 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@# torch first, from the CPU wheel on disk; any other torch request would pull a CUDA build.
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	set -o pipefail; $(PY) -m pip install -q torch==2.13.0 2>&1 | $(PIP_QUIET)
+	set -o pipefail; $(PY) -m pip install -q -c constraints.txt -e '.[dev]' 2>&1 | $(PIP_QUIET)
 	@touch $(STAMP)
 
 run: setup

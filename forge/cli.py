@@ -198,9 +198,14 @@ def promote(
 def rollback(model: str = typer.Option("forge-policy", help="Registered model name.")) -> None:
     """Restore the previous champion."""
     client, _ = _client_and_policy("tiny")
+    from registry.promotion import RollbackError
     from registry.promotion import rollback as do_rollback
 
-    version = do_rollback(client, model)
+    try:
+        version = do_rollback(client, model)
+    except RollbackError as err:
+        console.print(f"[red]{err}[/red]")
+        raise typer.Exit(1) from None
     console.print(f"{model}: champion is version {version} again")
 
 

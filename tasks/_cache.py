@@ -8,10 +8,12 @@ invalidates the training stage, a change to the README does not.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
-import inspect
+import importlib.util
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from prefect import task
@@ -21,9 +23,42 @@ from prefect.cache_policies import INPUTS, TASK_SOURCE, CachePolicy
 BOOKKEEPING_ARGS = ("parent_run_id", "lineage")
 
 
+LIBRARY_PACKAGES = ("forge", "registry")
+
+
+def library_closure(modules: tuple[str, ...]) -> list[str]:
+    """The named modules plus every Forge module they import, directly or through each other (sorted)."""
+    seen: set[str] = set()
+    todo = list(modules)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            continue
+        for node in ast.walk(ast.parse(Path(spec.origin).read_text())):
+            if isinstance(node, ast.Import):
+                found = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            todo += [f for f in found if f.split(".")[0] in LIBRARY_PACKAGES and _is_module(f)]
+    return sorted(seen)
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # "forge.data.schemas.ChatSample": a name inside a module, not a module
+        return False
+
+
 @dataclass
 class LibrarySource(CachePolicy):
-    """Cache key component: the source text of the named modules."""
+    """Cache key component: the source text of the named modules and of the Forge modules they import."""
 
     modules: tuple[str, ...] = field(default_factory=tuple)
 
@@ -31,8 +66,9 @@ class LibrarySource(CachePolicy):
         self, task_ctx: Any, inputs: dict[str, Any], flow_parameters: dict[str, Any], **kwargs: Any
     ) -> str | None:
         h = hashlib.sha256()
-        for name in self.modules:
-            h.update(inspect.getsource(importlib.import_module(name)).encode())
+        for name in library_closure(self.modules):
+            h.update(name.encode())
+            h.update(Path(importlib.util.find_spec(name).origin).read_bytes())
         return h.hexdigest()
 
 

@@ -30,6 +30,7 @@ from forge.training.checkpoints import (
     ForwardMetrics,
     MetricsLogger,
     apply_runtime,
+    common_trainer_args,
     find_resume_checkpoint,
     loss_curve,
     save_atomically,
@@ -205,28 +206,17 @@ def pretrain(
     )
 
     args = TrainingArguments(
-        output_dir=str(work_dir),
+        **common_trainer_args(work_dir, runtime, seed=cfg.seed, save_steps=save_steps or cfg.eval_every),
         max_steps=cfg.max_steps,
         per_device_train_batch_size=cfg.batch_size,
         per_device_eval_batch_size=cfg.batch_size,
         learning_rate=cfg.learning_rate,
-        lr_scheduler_type="cosine",
         warmup_steps=cfg.warmup_steps,
         weight_decay=0.1,
         max_grad_norm=1.0,
         logging_steps=max(1, min(10, cfg.eval_every)),
         eval_strategy="steps",
         eval_steps=cfg.eval_every,
-        save_strategy="steps",
-        save_steps=save_steps or cfg.eval_every,
-        save_total_limit=2,
-        report_to="none",
-        bf16=runtime.bf16,
-        gradient_checkpointing=runtime.gradient_checkpointing,
-        seed=cfg.seed,
-        dataloader_num_workers=0,
-        dataloader_pin_memory=torch.cuda.is_available(),
-        disable_tqdm=True,
     )
     trainer = Trainer(
         model=model,

@@ -76,6 +76,25 @@ def save_atomically(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, 
     return out_dir
 
 
+def common_trainer_args(work_dir: Path, runtime: TrainingRuntimeConfig, *, seed: int, save_steps: int) -> dict:
+    """TrainingArguments shared by every Forge trainer: resumable checkpoints in ``work_dir`` (the last two
+    kept), cosine schedule, runtime precision, no reporting (the flow layer logs to MLflow), no progress bars."""
+    return {
+        "output_dir": str(work_dir),
+        "lr_scheduler_type": "cosine",
+        "save_strategy": "steps",
+        "save_steps": save_steps,
+        "save_total_limit": 2,
+        "report_to": "none",
+        "bf16": runtime.bf16,
+        "gradient_checkpointing": runtime.gradient_checkpointing,
+        "seed": seed,
+        "dataloader_num_workers": 0,
+        "dataloader_pin_memory": torch.cuda.is_available(),
+        "disable_tqdm": True,
+    }
+
+
 def apply_runtime(runtime: TrainingRuntimeConfig) -> None:
     """Process-wide runtime settings (CPU threads)."""
     if runtime.threads > 0:
@@ -104,6 +123,8 @@ class ForwardMetrics(TrainerCallback):
             logger.info(
                 "%sstep %d/%d held-out loss %.4f", self.prefix, state.global_step, state.max_steps, logs["eval_loss"]
             )
+        elif "loss" in logs:  # progress between evaluations: one line per logging step
+            logger.info("%sstep %d/%d train loss %.4f", self.prefix, state.global_step, state.max_steps, logs["loss"])
         if self.log_metrics and numeric:
             self.log_metrics(numeric, state.global_step)
 

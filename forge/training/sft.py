@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 from transformers.trainer_callback import PrinterCallback
@@ -38,6 +37,7 @@ from forge.training.checkpoints import (
     ForwardMetrics,
     MetricsLogger,
     apply_runtime,
+    common_trainer_args,
     find_resume_checkpoint,
     save_atomically,
     work_dir_for,
@@ -99,13 +99,12 @@ def build_sft_trainer(
     train_ds = tokenize_rows(tokenizer, train_rows, stage.max_length)
     eval_ds = tokenize_rows(tokenizer, eval_rows, stage.max_length)
     args = TRLSFTConfig(
-        output_dir=str(work_dir),
+        **common_trainer_args(work_dir, runtime, seed=sft.seed, save_steps=sft.save_steps),
         max_steps=stage.max_steps,
         learning_rate=stage.learning_rate,
         per_device_train_batch_size=stage.per_device_batch_size,
         per_device_eval_batch_size=stage.per_device_batch_size,
         gradient_accumulation_steps=stage.gradient_accumulation_steps,
-        lr_scheduler_type="cosine",
         warmup_steps=max(1, stage.max_steps // 20),
         max_length=stage.max_length,
         packing=sft.packing,
@@ -114,17 +113,7 @@ def build_sft_trainer(
         completion_only_loss=sft.assistant_only_loss,
         assistant_only_loss=False,
         logging_steps=max(1, min(10, sft.save_steps)),
-        save_strategy="steps",
-        save_steps=sft.save_steps,
-        save_total_limit=2,
         eval_strategy="no",
-        report_to="none",
-        bf16=runtime.bf16,
-        gradient_checkpointing=runtime.gradient_checkpointing,
-        seed=sft.seed,
-        dataloader_num_workers=0,
-        dataloader_pin_memory=torch.cuda.is_available(),
-        disable_tqdm=True,
     )
     trainer = SFTTrainer(
         model=model,

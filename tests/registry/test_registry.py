@@ -11,8 +11,7 @@ import uuid
 import mlflow
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from forge.config import HumanEvalConfig, PromotionConfig
 from registry.models import (
@@ -39,31 +38,12 @@ from registry.tracking import (
     start_stage_run,
 )
 
-TEXT = [
-    "def add(a, b):\n    return a + b\n",
-    "The quick brown fox jumps over the lazy dog.",
-    "for i in range(10):\n    print(i * i)\n",
-] * 40
 POLICY = PromotionConfig()
 
 
 @pytest.fixture(scope="module")
 def client(workspace):
     return init_mlflow(workspace)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=["<|pad|>", "<|bos|>", "<|eos|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator(TEXT, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|bos|>", eos_token="<|eos|>", pad_token="<|pad|>")
 
 
 def make_checkpoint(path, tokenizer, seed):
@@ -225,3 +205,22 @@ def test_register_refuses_a_dir_without_tokenizer(client, tmp_path, model_name):
     ).save_pretrained(tmp_path / "bare")
     with start_stage_run("sft") as run, pytest.raises(FileNotFoundError, match="tokenizer_config.json"):
         register_checkpoint(tmp_path / "bare", model_name, run_id=run.info.run_id)
+
+
+def test_cli_promote_refuses_a_regression_and_rollback_explains_itself(client, tokenizer, tmp_path, model_name):
+    from typer.testing import CliRunner
+
+    from forge.cli import app
+
+    runner = CliRunner()
+    v1 = register(tmp_path, tokenizer, model_name, seed=6, metrics={"humaneval_pass_at_1": 0.30})
+    set_alias(model_name, "candidate", v1)
+    first = runner.invoke(app, ["promote", "--model", model_name])
+    assert first.exit_code == 0 and "promoted" in first.output
+    v2 = register(tmp_path, tokenizer, model_name, seed=7, metrics={"humaneval_pass_at_1": 0.10})
+    set_alias(model_name, "candidate", v2)
+    worse = runner.invoke(app, ["promote", "--model", model_name])
+    assert worse.exit_code == 1 and "refused" in worse.output and "humaneval_pass_at_1" in worse.output
+    assert get_alias_version(model_name, "champion") == v1
+    nothing = runner.invoke(app, ["rollback", "--model", model_name])  # v1 was the first champion
+    assert nothing.exit_code == 1 and "previous champion" in nothing.output.lower()

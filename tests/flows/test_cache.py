@@ -1,0 +1,15 @@
+"""The cache key follows the library code a task runs, not just the task's own few lines."""
+
+from tasks._cache import library_closure
+
+
+def test_closure_follows_forge_imports_transitively():
+    closure = library_closure(("forge.training.sft",))
+    assert "forge.training.sft" in closure
+    assert "forge.training.checkpoints" in closure  # imported by sft: a change to it must invalidate SFT
+    assert "forge.data.schemas" in closure  # imported through forge.training.tokenizer
+    assert not any(name.startswith(("transformers", "trl", "torch")) for name in closure)
+
+
+def test_closure_of_unrelated_module_excludes_training():
+    assert not any("training" in name for name in library_closure(("forge.data.calc",)))

@@ -1,0 +1,108 @@
+"""Deployment and service wiring: prefect.yaml points at real flows with valid crons; `forge ui` serves both UIs;
+the dashboard page renders the latest run."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from forge.workspace import REPO_ROOT
+
+
+def test_prefect_yaml_deployments_point_at_flows_with_valid_schedules():
+    from croniter import croniter
+    from prefect import Flow
+
+    spec = yaml.safe_load((REPO_ROOT / "infra" / "prefect.yaml").read_text())
+    names = {d["name"] for d in spec["deployments"]}
+    assert {"recipe-nightly", "evaluate-candidate"} <= names
+    for dep in spec["deployments"]:
+        module_path, attr = dep["entrypoint"].split(":")
+        module = importlib.import_module(module_path.removesuffix(".py").replace("/", "."))
+        flow = getattr(module, attr)
+        assert isinstance(flow, Flow), dep["entrypoint"]
+        assert set(dep.get("parameters", {})) <= set(flow.parameters.properties), dep["name"]
+        for schedule in dep["schedules"]:
+            assert croniter.is_valid(schedule["cron"]), schedule
+
+
+def test_recipe_parameters_render_as_a_typed_form():
+    from flows.recipe import recipe
+
+    schema = recipe.parameters.model_dump()
+    assert "config" in schema["properties"] and "profile" in schema["properties"]
+    assert "RecipeConfig" in schema["definitions"]  # the UI builds its form from these definitions
+    assert "SFTStageConfig" in schema["definitions"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_http(url: str, deadline: float) -> int:
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                return resp.status
+        except OSError:
+            time.sleep(0.5)
+    return 0
+
+
+@pytest.mark.slow
+def test_forge_ui_serves_prefect_and_mlflow_on_loopback(tmp_path):
+    prefect_port, mlflow_port = _free_port(), _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_"))}
+    env["FORGE_HOME"] = str(tmp_path / "home")
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "forge"), "ui", "--prefect-port", str(prefect_port),
+         "--mlflow-port", str(mlflow_port)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    try:
+        deadline = time.time() + 120
+        assert _wait_http(f"http://127.0.0.1:{mlflow_port}/health", deadline) == 200
+        assert _wait_http(f"http://127.0.0.1:{prefect_port}/api/health", deadline) == 200
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            out = proc.communicate(timeout=60)[0]
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out = proc.communicate()[0]
+    assert f"http://127.0.0.1:{prefect_port}" in out and f"http://127.0.0.1:{mlflow_port}" in out
+
+
+def test_dashboard_shows_latest_run_and_mix(tmp_path, monkeypatch):
+    import json
+
+    from streamlit.testing.v1 import AppTest
+
+    home, root = tmp_path / "home", tmp_path / "root"
+    (home / "runs").mkdir(parents=True)
+    (home / "runs" / "latest.json").write_text(json.dumps({
+        "flow_run_id": "f-1", "profile": "tiny", "state": "completed",
+        "stages": {"pretrain": {"state": "cached", "seconds": 1.5, "run_id": "r1", "version": "3"}}}))
+    mix = root / "data" / "mixes" / "sft-x"
+    mix.mkdir(parents=True)
+    (mix / "manifest.json").write_text(json.dumps({"domains": {
+        "code": {"target_share": 0.27, "actual_share": 0.268, "tokens": 100, "rows": 2}}}))
+    monkeypatch.setenv("FORGE_HOME", str(home))
+    monkeypatch.setenv("FORGE_ROOT", str(root))
+    app = AppTest.from_file(str(REPO_ROOT / "dashboards" / "app.py")).run(timeout=60)
+    assert not app.exception
+    assert "f-1" in app.caption[0].value
+    assert app.dataframe[0].value["stage"].tolist() == ["pretrain"]
+    assert app.subheader[0].value == "sft-x"
