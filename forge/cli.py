@@ -68,7 +68,7 @@ def run(
     _print_stages(result["stages"])
     console.print(
         f"policy version {result['policy_version']} · data md5 {result['data_md5']} · "
-        f"promotion: {'promoted' if result['release']['promoted'] else 'refused'} · "
+        f"promotion: {result['release']['outcome']} · "
         f"{time.time() - started:.1f} s"
     )
     for key, value in result["metrics"].items():
@@ -188,6 +188,8 @@ def promote(
 
     decision = do_promote(client, model, policy, version=version)
     verdict = "[green]promoted[/green]" if decision.promote else "[red]refused[/red]"
+    if decision.unchanged:
+        verdict = "[green]already champion[/green]"
     console.print(f"{model}: {verdict}")
     for reason in decision.reasons:
         console.print(f"  - {reason}")

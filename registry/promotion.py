@@ -37,6 +37,7 @@ class Decision:
     promote: bool
     reasons: list[str]
     compared: dict[str, dict] = field(default_factory=dict)  # metric -> candidate, champion, tolerance, ok
+    unchanged: bool = False  # the candidate already was the champion: nothing was decided or recorded
 
 
 def decide_promotion(
@@ -96,10 +97,10 @@ def promote(
     version = str(version)
     champion = get_alias_version(model_name, CHAMPION, client=client)
     if champion == version:
-        decision = Decision(False, [f"version {version} is already the champion"])
-    else:
-        champion_metrics = version_metrics(model_name, champion, client=client) if champion else None
-        decision = decide_promotion(version_metrics(model_name, version, client=client), champion_metrics, policy)
+        # A re-run of an unchanged recipe proposes the same version again: keep its original decision record.
+        return Decision(True, [f"version {version} is already the champion"], unchanged=True)
+    champion_metrics = version_metrics(model_name, champion, client=client) if champion else None
+    decision = decide_promotion(version_metrics(model_name, version, client=client), champion_metrics, policy)
     for key, value in {
         "promotion.decision": "promoted" if decision.promote else "refused",
         "promotion.reasons": json.dumps(decision.reasons),

@@ -17,4 +17,5 @@ def promote_task(model_name: str, version: str, policy: PromotionConfig) -> dict
     client = init_mlflow(Workspace.from_env())
     set_alias(model_name, "candidate", version)
     decision = promote(client, model_name, policy, version=version)
-    return {"promoted": decision.promote, "reasons": list(decision.reasons), "version": version}
+    outcome = "already champion" if decision.unchanged else "promoted" if decision.promote else "refused"
+    return {"promoted": decision.promote, "outcome": outcome, "reasons": list(decision.reasons), "version": version}

@@ -6,6 +6,7 @@
 import time
 
 import pytest
+import torch
 
 from forge.code.sandbox import isolation_report
 from forge.config import HumanEvalConfig
@@ -120,28 +121,29 @@ def test_broken_solutions_all_fail_and_loops_time_out():
     assert len(report.table()) == 164 and set(report.table()[0]) == {"task_id", "passed", "status", "seconds", "error"}
 
 
-class EchoCanonical:
-    """A real backend stand-in at the interface boundary: answers each prompt with the canonical solution of the
-    problem whose prompt it contains, the way a chat model replies (prose + a fenced block)."""
-
-    def __init__(self, problems):
-        self.by_prompt = {p.prompt.rstrip(): p for p in problems}
-        self.calls = []
-
-    def generate(self, messages, *, max_new_tokens, temperature):
-        self.calls.append((len(messages), max_new_tokens, temperature))
-        out = []
-        for (message,) in messages:
-            body = message["content"].split("```python\n", 1)[1].rsplit("\n```", 1)[0]
-            p = self.by_prompt[body]
-            out.append(f"Sure.\n```python\n{p.prompt}{p.canonical_solution}```\n")
-        return out
-
-
-def test_generate_then_evaluate_in_batches():
+def test_chat_style_answers_are_extracted_and_pass():
+    """A chat model answers with prose and a fenced block holding the whole function: that must be judged."""
     problems = PROBLEMS[:20]
-    backend = EchoCanonical(problems)
-    cfg = HumanEvalConfig(batch_size=8, max_new_tokens=64)
-    completions = generate_completions(backend, problems, cfg)
-    assert backend.calls == [(8, 64, 0.0), (8, 64, 0.0), (4, 64, 0.0)]
-    assert evaluate_completions(problems, completions, cfg).passed == 20
+    completions = [f"Sure, here it is.\n```python\n{p.prompt}{p.canonical_solution}```\nDone." for p in problems]
+    assert evaluate_completions(problems, completions, HumanEvalConfig()).passed == 20
+
+
+def test_generate_with_the_transformers_backend_then_evaluate(tokenizer):
+    """The real generation path: a (random, tiny) Llama behind TransformersBackend, batched, judged in the sandbox."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from forge.generation.transformers_backend import TransformersBackend
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=1024,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+    ))
+    problems = PROBLEMS[:10]
+    cfg = HumanEvalConfig(batch_size=4, max_new_tokens=8)
+    completions = generate_completions(TransformersBackend(model, tokenizer, batch_size=4), problems, cfg)
+    assert len(completions) == 10 and all(isinstance(c, str) for c in completions)
+    report = evaluate_completions(problems, completions, cfg)
+    assert report.n == 10 and len(report.rows) == 10
+    assert report.passed == 0  # 8 random tokens do not implement a HumanEval function

@@ -217,6 +217,9 @@ def test_cli_promote_refuses_a_regression_and_rollback_explains_itself(client, t
     set_alias(model_name, "candidate", v1)
     first = runner.invoke(app, ["promote", "--model", model_name])
     assert first.exit_code == 0 and "promoted" in first.output
+    again = runner.invoke(app, ["promote", "--model", model_name])  # an unchanged re-run proposes v1 again
+    assert again.exit_code == 0 and "already champion" in again.output
+    assert client.get_model_version(model_name, v1).tags["promotion.decision"] == "promoted"  # record kept
     v2 = register(tmp_path, tokenizer, model_name, seed=7, metrics={"humaneval_pass_at_1": 0.10})
     set_alias(model_name, "candidate", v2)
     worse = runner.invoke(app, ["promote", "--model", model_name])
