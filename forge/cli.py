@@ -153,10 +153,9 @@ def ui(prefect_port: int = 4200, mlflow_port: int = 5000) -> None:
     console.print(f"Prefect UI  http://127.0.0.1:{prefect_port}\nMLflow UI   http://127.0.0.1:{mlflow_port}")
     console.print(f"(to run flows against this server: export PREFECT_API_URL=http://127.0.0.1:{prefect_port}/api)")
     try:
-        while all(p.poll() is None for p in procs):
-            time.sleep(1)
+        os.wait()  # returns when either server exits; Ctrl-C (SIGINT) interrupts it
     except KeyboardInterrupt:
-        pass
+        console.print("stopping")
     finally:
         for p in procs:
             if p.poll() is None:
