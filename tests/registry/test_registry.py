@@ -46,6 +46,34 @@ def client(workspace):
     return init_mlflow(workspace)
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, workspace):
+    """The registry on the embedded SQLite store and on PostgreSQL (a team deployment's backend), each in turn.
+
+    PostgreSQL gets a fresh database per test on 127.0.0.1:5432; the test is skipped, saying so, when no server
+    answers there (a laptop without one)."""
+    if request.param == "sqlite":
+        yield init_mlflow(workspace)
+        return
+    import psycopg2
+
+    try:
+        admin = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname="test", connect_timeout=3)
+    except psycopg2.OperationalError as err:
+        pytest.skip(f"no PostgreSQL server answers on 127.0.0.1:5432: {err}".strip())
+    admin.autocommit = True
+    name = f"forge_mlflow_{uuid.uuid4().hex[:8]}"
+    with admin.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {name}")
+    try:
+        yield init_mlflow(workspace, tracking_uri=f"postgresql://postgres@127.0.0.1:5432/{name}")
+    finally:
+        init_mlflow(workspace)  # back to the session's SQLite store for the other tests
+        with admin.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.close()
+
+
 def make_checkpoint(path, tokenizer, seed):
     torch.manual_seed(seed)
     config = LlamaConfig(
@@ -126,7 +154,8 @@ def test_stage_runs_nest_and_carry_lineage_and_artifacts(client, workspace):
     assert table["columns"] == ["task_id", "passed", "status"] and len(table["data"]) == 2
 
 
-def test_register_alias_gate_rollback_and_load(client, tokenizer, tmp_path, model_name):
+def test_register_alias_gate_rollback_and_load(store, tokenizer, tmp_path, model_name):
+    client = store
     v1 = register(
         tmp_path, tokenizer, model_name, seed=1, metrics={"humaneval_pass_at_1": 0.30, "sft_heldout_loss": 2.0}
     )
