@@ -56,6 +56,33 @@ class GenerationBackend(Protocol):
         ...
 
 
+class ChatTemplateBackend:
+    """Shared ``generate`` for engines that hold the tokenizer themselves (transformers, vLLM): render each
+    conversation with the model's chat template, then complete the texts with the engine's ``generate_text``."""
+
+    tokenizer: Any
+
+    def render(self, messages: Messages, tools: list[dict[str, Any]] | None = None) -> str:
+        """The prompt text for one conversation, ending with the assistant header."""
+        return self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+
+    def generate(
+        self,
+        prompts: list[Messages],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        max_new_tokens: int = 256,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int = 0,
+    ) -> list[str]:
+        """See :meth:`GenerationBackend.generate`."""
+        texts = [self.render(p, tools) for p in prompts]
+        return self.generate_text(  # type: ignore[attr-defined]
+            texts, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed
+        )
+
+
 def format_assistant_text(
     content: str | None, reasoning: str | None = None, tool_calls: list[Any] | None = None
 ) -> str:

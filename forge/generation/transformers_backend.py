@@ -16,11 +16,11 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from forge.generation.base import Messages
+from forge.generation.base import ChatTemplateBackend
 from forge.training.tokenizer import ENDOFTEXT, IM_END
 
 
-class TransformersBackend:
+class TransformersBackend(ChatTemplateBackend):
     """Generation with a local model.
 
     Args:
@@ -50,26 +50,6 @@ class TransformersBackend:
         vocab = tokenizer.get_vocab()
         self.stop_ids = [vocab[t] for t in (IM_END, ENDOFTEXT) if t in vocab] or [tokenizer.eos_token_id]
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_ids[0]
-
-    def render(self, messages: Messages, tools: list[dict[str, Any]] | None = None) -> str:
-        """The prompt text for one conversation, ending with the assistant header."""
-        return self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
-
-    def generate(
-        self,
-        prompts: list[Messages],
-        *,
-        tools: list[dict[str, Any]] | None = None,
-        max_new_tokens: int = 256,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        seed: int = 0,
-    ) -> list[str]:
-        """See :meth:`forge.generation.base.GenerationBackend.generate`."""
-        texts = [self.render(p, tools) for p in prompts]
-        return self.generate_text(
-            texts, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed
-        )
 
     @torch.inference_mode()
     def generate_text(

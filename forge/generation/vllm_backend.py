@@ -9,14 +9,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from forge.generation.base import Messages
+from forge.generation.base import ChatTemplateBackend
 
 INSTALL_HINT = "the 'vllm' backend needs vLLM: install the GPU extra (pip install -e '.[gpu]') on a CUDA machine"
 
 
-class VLLMBackend:
+class VLLMBackend(ChatTemplateBackend):
     """Generation with a vLLM engine (``LLM`` + ``SamplingParams``).
 
     Args:
@@ -64,25 +63,6 @@ class VLLMBackend:
             stop_token_ids=stop_ids,
             # Keep <think>/<tool_call> markers: they are ordinary added tokens, not special ones.
             skip_special_tokens=True,
-        )
-
-    def generate(
-        self,
-        prompts: list[Messages],
-        *,
-        tools: list[dict[str, Any]] | None = None,
-        max_new_tokens: int = 256,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        seed: int = 0,
-    ) -> list[str]:
-        """See :meth:`forge.generation.base.GenerationBackend.generate`."""
-        texts = [
-            self.tokenizer.apply_chat_template(p, tools=tools, add_generation_prompt=True, tokenize=False)
-            for p in prompts
-        ]
-        return self.generate_text(
-            texts, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed
         )
 
     def generate_text(
