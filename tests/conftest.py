@@ -13,11 +13,11 @@ for _key in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI", "PREFECT_HOME", "PREF
              "PREFECT_API_DATABASE_CONNECTION_URL", "PREFECT_LOCAL_STORAGE_PATH"):
     os.environ.pop(_key, None)
 
-from forge.workspace import configure_environment  # noqa: E402
+from forge.workspace import configure_environment
 
 WORKSPACE = configure_environment()
 
-import pytest  # noqa: E402
+import pytest
 
 
 @pytest.fixture(scope="session")
