@@ -34,8 +34,10 @@ def test_paper_shares_are_normalised():
         ("mix: {shares: {code: 27, deep_search: 26, stem: 23, tool_use: 13, general: 10}}", "mix.shares"),  # percent
         ("base: {hidden_sise: 64}", "base.hidden_sise"),  # typo: unknown keys are errors
         (
-            "sft: {curriculum: [{name: a, max_length: 512, max_steps: 1, learning_rate: 0.1},"
-            " {name: b, max_length: 256, max_steps: 1, learning_rate: 0.1}]}",
+            (
+                "sft: {curriculum: [{name: a, max_length: 512, max_steps: 1, learning_rate: 0.1},"
+                " {name: b, max_length: 256, max_steps: 1, learning_rate: 0.1}]}"
+            ),
             "sft.curriculum",
         ),  # shrinking context
         ("code_rl: {keep_k_min: 6, keep_k_max: 5}", "code_rl"),  # empty k range
