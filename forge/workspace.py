@@ -115,6 +115,8 @@ def configure_environment(ws: Workspace | None = None) -> Workspace:
     os.environ.setdefault("PREFECT_MEMO_STORE_PATH", str(ws.prefect_home / "memo_store.toml"))
     os.environ.setdefault("PREFECT_PROFILES_PATH", str(ws.prefect_home / "profiles.toml"))
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    # The embedded server needs ~21 s to start on a loaded 2-core machine, past Prefect's 20 s default.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     os.environ.setdefault("MLFLOW_TRACKING_URI", ws.mlflow_uri)
     os.environ.setdefault("MLFLOW_REGISTRY_URI", os.environ["MLFLOW_TRACKING_URI"])
     os.environ.setdefault("DVC_SITE_CACHE_DIR", str(ws.home / "dvc-site-cache"))
