@@ -1,0 +1,332 @@
+"""What the host lets the sandbox do, set up once per process: namespaces, cgroups, per-run uids.
+
+Creating a network namespace per run is slow under load (STACK.md), so one network + mount namespace is made
+by a throwaway holder process and kept through two descriptors; every run enters them with setns(2) and then
+makes its own cheap PID + mount namespace (``_boot.py``). Per-run cgroups (v2, or v1 ``pids``/``memory``
+hierarchies) bound the whole tree's processes and memory where ``/sys/fs/cgroup`` is writable.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+# Per-run uids/gids come from this range (far above any real account, below the 2**31 some tools choke on).
+UID_BASE = 1_900_000_000
+UID_SPAN = 65_536
+# The real interpreter binary: a venv's bin/python is a symlink into a prefix the child may not see.
+PYTHON = os.path.realpath(sys.executable)
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+class SandboxUnavailable(RuntimeError):
+    """The host cannot isolate the child as strongly as asked."""
+
+
+@dataclass(frozen=True)
+class IsolationReport:
+    running_as_root: bool
+    uid_isolation: bool  # the child never runs as root (and as root: one private uid per run)
+    network_isolation: bool  # the child cannot open any connection, loopback included
+    filesystem_isolation: bool  # the child sees only its scratch dir as writable; homes/checkout hidden
+    pid_namespace: bool = False  # each run is its own PID namespace: the tree dies with its init
+    cgroup: str = ""  # "v2", "v1" or "" (no per-run pids/memory cgroup)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def strong(self) -> bool:
+        return self.uid_isolation and self.network_isolation
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"strong": self.strong}
+
+
+# Runs as root in a throwaway process: new mount + network namespaces, hide directories behind empty tmpfs,
+# bind back what the child needs, say "ready", then wait for the parent to have opened /proc/<pid>/ns/*.
+_HOLDER = r"""
+import ctypes, json, os, sys
+cfg = json.loads(sys.argv[1])
+libc = ctypes.CDLL(None, use_errno=True)
+def check(rc, what):
+    if rc != 0:
+        e = ctypes.get_errno(); raise OSError(e, f"{what}: {os.strerror(e)}")
+check(libc.unshare(0x00020000 | 0x40000000), "unshare(CLONE_NEWNS|CLONE_NEWNET)")
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+mount = libc.mount
+mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
+check(mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
+keep = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in cfg["keep_ro"] + cfg["keep_rw"]}
+for hidden in cfg["hide"]:
+    check(mount(b"forge-hidden", hidden.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0755,size=1m"),
+          f"tmpfs over {hidden}")
+for path, fd in keep.items():
+    os.makedirs(path, exist_ok=True)
+    check(mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, MS_BIND | MS_REC, None), f"bind {path}")
+    if path in cfg["keep_ro"]:
+        check(mount(None, path.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, None), f"ro {path}")
+    os.close(fd)
+for hidden in cfg["hide"]:
+    check(mount(None, hidden.encode(), None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None), f"ro {hidden}")
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+# Does this host let a child make its own PID namespace and mount a /proc in it?
+_PIDNS_PROBE = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
+assert libc.unshare(0x20000000 | 0x00020000) == 0, os.strerror(ctypes.get_errno())
+pid = os.fork()
+if pid == 0:
+    ok = libc.mount(None, b"/", None, 16384 | (1 << 18), None) == 0
+    ok = ok and libc.mount(b"proc", b"/proc", b"proc", 14, None) == 0 and os.getpid() == 1
+    os._exit(0 if ok else 3)
+_, st = os.waitpid(pid, 0)
+raise SystemExit(os.waitstatus_to_exitcode(st))
+"""
+
+
+@dataclass
+class Jail:
+    report: IsolationReport
+    net_fd: int = -1
+    mnt_fd: int = -1
+    scratch_base: Path = Path()
+    uid_locks: Path = Path()
+    cgroup_parents: dict[str, Path] = field(default_factory=dict)  # controller ("pids", "memory", "v2") -> dir
+
+
+_jail: Jail | None = None
+_jail_lock = threading.Lock()
+
+
+def _hidden_dirs(keep: list[str]) -> list[str]:
+    """Directories to cover with an empty tmpfs: homes, temp dirs, the tree holding our checkout, the cwd."""
+    from forge.workspace import REPO_ROOT
+
+    candidates = {"/root", "/home", "/tmp", "/var/tmp", "/dev/shm", "/run", "/mnt", "/srv", "/media", os.getcwd()}
+    for path in (REPO_ROOT, os.environ.get("FORGE_HOME")):
+        if path:
+            parts = Path(os.path.realpath(path)).parts
+            # The checkout's top-level tree (e.g. /work holding other checkouts and notes), unless it is a
+            # system directory the interpreter or compilers need.
+            top = "/" + parts[1] if len(parts) > 1 else ""
+            candidates.add(top if top not in {"/usr", "/opt", "/etc", "/lib", "/lib64", "/bin", "/var"} else path)
+    dirs = sorted(os.path.realpath(p) for p in candidates if p and os.path.isdir(p))
+    # An inner directory is already hidden by an outer one; "/" itself can never be hidden.
+    top = [d for d in dirs if d != "/" and not any(d != o and d.startswith(o.rstrip("/") + "/") for o in dirs)]
+    # Never hide a directory the interpreter lives in outright (it is bound back in, but not over itself).
+    return [d for d in top if not any(k == d or d.startswith(k.rstrip("/") + "/") for k in keep)]
+
+
+def _probe_pidns() -> bool:
+    try:
+        return subprocess.run([PYTHON, "-I", "-S", "-c", _PIDNS_PROBE], env={}, capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+def _setup_cgroups(notes: list[str]) -> tuple[str, dict[str, Path]]:
+    """Make Forge's parent cgroup(s), v2 when the unified hierarchy is mounted at the root, else v1."""
+    parent_name = f"forge-sandbox-{os.getpid()}"
+    try:
+        if (CGROUP_ROOT / "cgroup.controllers").exists():
+            parent = CGROUP_ROOT / parent_name
+            parent.mkdir(exist_ok=True)
+            (parent / "cgroup.subtree_control").write_text("+pids +memory")
+            atexit.register(_remove_cgroup, parent)
+            return "v2", {"v2": parent}
+        parents = {}
+        for controller in ("pids", "memory"):
+            if (CGROUP_ROOT / controller / "cgroup.procs").exists():
+                parent = CGROUP_ROOT / controller / parent_name
+                parent.mkdir(exist_ok=True)
+                atexit.register(_remove_cgroup, parent)
+                parents[controller] = parent
+        if parents:
+            return "v1", parents
+        notes.append("no cgroup hierarchy with pids/memory controllers: per-process rlimits only")
+    except OSError as err:
+        notes.append(f"cgroups not writable ({err}): per-process rlimits only")
+    return "", {}
+
+
+def _remove_cgroup(path: Path) -> None:
+    for child in sorted(path.glob("*/"), reverse=True) if path.exists() else []:
+        if child.is_dir():
+            with contextlib.suppress(OSError):
+                child.rmdir()
+    with contextlib.suppress(OSError):
+        path.rmdir()
+
+
+def _make_jail() -> Jail:
+    notes: list[str] = []
+    root = os.geteuid() == 0
+    scratch_base = Path(tempfile.mkdtemp(prefix="forge-sandbox-"))
+    atexit.register(shutil.rmtree, scratch_base, ignore_errors=True)
+    os.chmod(scratch_base, 0o711)  # children may enter their own dir, never list the others
+    uid_locks = scratch_base / ".uids"
+    uid_locks.mkdir(mode=0o700)
+    if not root:
+        notes.append("not root: the child runs as our own uid, without namespaces or cgroups")
+        report = IsolationReport(False, True, False, False, notes=notes)
+        return Jail(report, scratch_base=scratch_base, uid_locks=uid_locks)
+    cgroup, parents = _setup_cgroups(notes)
+    pidns = _probe_pidns()
+    if not pidns:
+        notes.append("no PID namespace: daemons are found by the run's uid instead")
+    prefixes = sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix, Path(PYTHON).parent)})
+    keep_ro = [p for p in prefixes if not any(p != o and p.startswith(o + "/") for o in prefixes)]
+    cfg = {"keep_ro": keep_ro, "keep_rw": [str(scratch_base)], "hide": _hidden_dirs(keep_ro)}
+    try:
+        net_fd, mnt_fd = _hold_namespaces(cfg)
+    except OSError as err:
+        notes.append(f"namespaces unavailable ({err}): no network or filesystem isolation")
+        report = IsolationReport(True, True, False, False, False, cgroup, notes)
+        return Jail(report, scratch_base=scratch_base, uid_locks=uid_locks, cgroup_parents=parents)
+    notes.append(f"hidden: {', '.join(cfg['hide'])}; read-only: {', '.join(keep_ro)}")
+    report = IsolationReport(True, True, True, True, pidns, cgroup, notes)
+    return Jail(report, net_fd, mnt_fd, scratch_base, uid_locks, parents)
+
+
+def _hold_namespaces(cfg: dict) -> tuple[int, int]:
+    holder = subprocess.Popen(
+        [PYTHON, "-I", "-S", "-c", _HOLDER, json.dumps(cfg)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={},
+    )
+    try:
+        line = holder.stdout.readline().decode().strip()
+        if line != "ready":
+            raise OSError(holder.stderr.read().decode().strip().splitlines()[-1:] or ["holder died"])
+        net_fd = os.open(f"/proc/{holder.pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        mnt_fd = os.open(f"/proc/{holder.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        holder.stdin.close()  # the namespaces live on through our two descriptors
+        holder.wait()
+    return net_fd, mnt_fd
+
+
+def get_jail() -> Jail:
+    global _jail
+    with _jail_lock:
+        if _jail is None:
+            _jail = _make_jail()
+        return _jail
+
+
+# --- per-run resources -------------------------------------------------------------------------------------
+
+
+def lease_uid(jail: Jail) -> tuple[int, int]:
+    """Lock a free per-run uid; returns (uid, lock fd). Locks are per scratch base, i.e. per parent process,
+    so two Forge processes may draw the same uid only by chance (1 in 65,536 per concurrent pair)."""
+    for _ in range(1000):
+        uid = UID_BASE + random.randrange(UID_SPAN)
+        fd = os.open(jail.uid_locks / str(uid), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return uid, fd
+        except BlockingIOError:
+            os.close(fd)
+    raise SandboxUnavailable("no free sandbox uid (more than 1000 collisions)")
+
+
+def kill_uid(uid: int) -> None:
+    """Kill every process of ``uid`` (escaped daemons included): kill(-1) sent *as* that uid reaches exactly
+    the processes it may signal, i.e. its own. Only needed without a PID namespace."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        try:
+            os.setresuid(uid, uid, uid)
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
+@dataclass
+class RunCgroup:
+    """One run's cgroup(s): ``procs`` files the boot process joins, and the limits they enforce."""
+
+    dirs: list[Path]
+    version: str
+
+    @property
+    def procs(self) -> list[str]:
+        return [str(d / "cgroup.procs") for d in self.dirs]
+
+    def oom_killed(self) -> bool:
+        for d in self.dirs:
+            events = d / ("memory.events" if self.version == "v2" else "memory.oom_control")
+            with contextlib.suppress(OSError):
+                for line in events.read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill" and int(value) > 0:
+                        return True
+        return False
+
+    def remove(self) -> None:
+        for d in self.dirs:
+            for _ in range(50):  # a killed process may take a moment to leave
+                try:
+                    d.rmdir()
+                    break
+                except OSError:
+                    with contextlib.suppress(OSError):
+                        for pid in (d / "cgroup.procs").read_text().split():
+                            os.kill(int(pid), signal.SIGKILL)
+                    time.sleep(0.01)
+
+
+def make_run_cgroup(jail: Jail, max_pids: int, memory_bytes: int) -> RunCgroup | None:
+    """A cgroup bounding the whole run's process count and memory (tmpfs pages included), if the host allows."""
+    if not jail.cgroup_parents:
+        return None
+    name = uuid.uuid4().hex[:12]
+    dirs: list[Path] = []
+    try:
+        if "v2" in jail.cgroup_parents:
+            d = jail.cgroup_parents["v2"] / name
+            d.mkdir()
+            dirs.append(d)
+            (d / "pids.max").write_text(str(max_pids))
+            (d / "memory.max").write_text(str(memory_bytes))
+            with contextlib.suppress(OSError):
+                (d / "memory.swap.max").write_text("0")
+            return RunCgroup(dirs, "v2")
+        for controller, parent in jail.cgroup_parents.items():
+            d = parent / name
+            d.mkdir()
+            dirs.append(d)
+            if controller == "pids":
+                (d / "pids.max").write_text(str(max_pids))
+            else:
+                (d / "memory.limit_in_bytes").write_text(str(memory_bytes))
+        return RunCgroup(dirs, "v1")
+    except OSError as err:
+        log.debug("per-run cgroup failed: %s", err)
+        RunCgroup(dirs, "").remove()
+        return None
