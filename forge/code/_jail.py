@@ -139,7 +139,8 @@ def _hidden_dirs(keep: list[str]) -> list[str]:
 
 def _probe_pidns() -> bool:
     try:
-        return subprocess.run([PYTHON, "-I", "-S", "-c", _PIDNS_PROBE], env={}, capture_output=True).returncode == 0
+        probe = subprocess.run([PYTHON, "-I", "-S", "-c", _PIDNS_PROBE], env={}, capture_output=True, check=False)
+        return probe.returncode == 0
     except OSError:
         return False
 

@@ -40,8 +40,8 @@ def sandbox_processes() -> list[int]:
             status = (entry / "status").read_text()
         except OSError:
             continue
-        uid = int(re.search(r"^Uid:\s+(\d+)", status, re.M).group(1))
-        state = re.search(r"^State:\s+(\w)", status, re.M).group(1)
+        uid = int(re.search(r"^Uid:\s+(\d+)", status, re.MULTILINE).group(1))
+        state = re.search(r"^State:\s+(\w)", status, re.MULTILINE).group(1)
         if UID_BASE <= uid < UID_BASE + UID_SPAN and state not in "ZX":
             found.append(int(entry.name))
     return found
