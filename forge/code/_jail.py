@@ -17,6 +17,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -104,6 +105,51 @@ raise SystemExit(os.waitstatus_to_exitcode(st))
 """
 
 
+_BOOT = Path(__file__).with_name("_boot.py").read_text(encoding="utf-8")
+
+
+class Zygote:
+    """The fork server of ``_boot.py``: one warm interpreter inside the jail that forks every run."""
+
+    def __init__(self, net_fd: int, mnt_fd: int) -> None:
+        self.net_fd, self.mnt_fd = net_fd, mnt_fd
+        self.lock = threading.Lock()
+        self.sock: socket.socket | None = None
+        self.proc: subprocess.Popen | None = None
+
+    def _start(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        fds = (theirs.fileno(), self.net_fd, self.mnt_fd) if self.net_fd >= 0 else (theirs.fileno(),)
+        argv = [PYTHON, "-I", "-S", "-B", "-c", _BOOT, str(theirs.fileno()), str(self.net_fd), str(self.mnt_fd)]
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={}, pass_fds=fds
+        )
+        theirs.close()
+        if ours.recv(16) != b"ready":
+            err = self.proc.stderr.read().decode(errors="replace").strip().splitlines()[-1:]
+            raise SandboxUnavailable(f"sandbox fork server did not start: {err}")
+        self.proc.stderr.close()
+        self.sock = ours
+
+    def spawn(self, args: dict, fds: list[int]) -> int:
+        """Fork one run (``args`` as _boot.boot reads them, fds = stdin, stdout, stderr, report); its pid."""
+        payload = json.dumps(args).encode()
+        with self.lock:
+            for attempt in range(2):
+                if self.sock is None:
+                    self._start()
+                try:
+                    socket.send_fds(self.sock, [payload], fds)
+                    reply = self.sock.recv(32)
+                    if reply:
+                        return int(reply)
+                except OSError:
+                    if attempt:
+                        raise
+                self.sock = None  # the server died (killed?): start a fresh one once
+        raise SandboxUnavailable("sandbox fork server keeps dying")
+
+
 @dataclass
 class Jail:
     report: IsolationReport
@@ -112,6 +158,7 @@ class Jail:
     scratch_base: Path = Path()
     uid_locks: Path = Path()
     cgroup_parents: dict[str, Path] = field(default_factory=dict)  # controller ("pids", "memory", "v2") -> dir
+    zygote: Zygote | None = None
 
 
 _jail: Jail | None = None
@@ -234,6 +281,7 @@ def get_jail() -> Jail:
     with _jail_lock:
         if _jail is None:
             _jail = _make_jail()
+            _jail.zygote = Zygote(_jail.net_fd, _jail.mnt_fd)
         return _jail
 
 
@@ -290,16 +338,50 @@ class RunCgroup:
         return False
 
     def remove(self) -> None:
-        for d in self.dirs:
-            for _ in range(50):  # a killed process may take a moment to leave
+        """Remove the cgroup(s) once empty; the boot process may still be exiting, so a background thread
+        retries instead of making the run wait."""
+        _reaper.put(self.dirs)
+
+
+class _CgroupReaper:
+    def __init__(self) -> None:
+        self.pending: list[tuple[float, Path]] = []
+        self.cond = threading.Condition()
+        self.thread: threading.Thread | None = None
+
+    def put(self, dirs: list[Path]) -> None:
+        with self.cond:
+            self.pending += [(time.monotonic(), d) for d in dirs]
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._loop, name="forge-cgroup-reaper", daemon=True)
+                self.thread.start()
+            self.cond.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self.cond:
+                while not self.pending:
+                    self.cond.wait()
+                batch, self.pending = self.pending, []
+            keep = []
+            for since, d in batch:
                 try:
                     d.rmdir()
-                    break
+                except FileNotFoundError:
+                    pass
                 except OSError:
-                    with contextlib.suppress(OSError):
-                        for pid in (d / "cgroup.procs").read_text().split():
-                            os.kill(int(pid), signal.SIGKILL)
-                    time.sleep(0.01)
+                    if time.monotonic() - since > 2.0:  # something outlived its run: kill it
+                        with contextlib.suppress(OSError):
+                            for pid in (d / "cgroup.procs").read_text().split():
+                                os.kill(int(pid), signal.SIGKILL)
+                    keep.append((since, d))
+            if keep:
+                time.sleep(0.02)
+                with self.cond:
+                    self.pending += keep
+
+
+_reaper = _CgroupReaper()
 
 
 def make_run_cgroup(jail: Jail, max_pids: int, memory_bytes: int) -> RunCgroup | None:
@@ -329,5 +411,7 @@ def make_run_cgroup(jail: Jail, max_pids: int, memory_bytes: int) -> RunCgroup |
         return RunCgroup(dirs, "v1")
     except OSError as err:
         log.debug("per-run cgroup failed: %s", err)
-        RunCgroup(dirs, "").remove()
+        for d in dirs:
+            with contextlib.suppress(OSError):
+                d.rmdir()
         return None

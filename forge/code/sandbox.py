@@ -23,22 +23,18 @@ Running without uid and network isolation is refused unless ``allow_weak_isolati
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import selectors
 import shutil
 import signal
-import subprocess
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
 from forge.code._jail import (
-    PYTHON,
     IsolationReport,
     Jail,
     SandboxUnavailable,
@@ -71,7 +67,6 @@ STACK_BYTES = 64 * 1024 * 1024
 SCRATCH_TMPFS = "size=32m,nr_inodes=4096"
 GXX = shutil.which("g++") or "/usr/bin/g++"
 CXX_FLAGS = ("-O2", "-std=c++17", "-pipe")
-_BOOT = (Path(__file__).with_name("_boot.py")).read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True)
@@ -149,6 +144,8 @@ def run_python(
     stdin: str | None = None,
     max_output_bytes: int = 65536,
     allow_weak_isolation: bool = False,
+    extra_files: dict[str, str] | None = None,
+    trusted_main: bool = False,
 ) -> SandboxResult:
     """Run ``source`` as ``__main__`` in a confined process tree and report how it ended.
 
@@ -160,11 +157,21 @@ def run_python(
         stdin: text fed on standard input (empty when None).
         max_output_bytes: cap per stream; exceeding it kills the run with status ``output_limit``.
         allow_weak_isolation: run even when the host gives no uid or network isolation.
+        extra_files: more files (name -> text) put next to main.py in the scratch dir, read-only.
+        trusted_main: ``source`` is Forge's own code (the batch harness), so the fork server may compile it
+            once and reuse it; never set it for submitted code.
     """
     jail = get_jail()
     _require(jail, allow_weak_isolation)
     files = {"main.py": (source.encode("utf-8"), 0o644)}
-    return _run(jail, files, "python", "main.py", [], {}, timeout_s, memory_mb, stdin, max_output_bytes)
+    for name, text in (extra_files or {}).items():
+        if "/" in name or name in files or name.startswith("."):
+            raise ValueError(f"bad extra file name {name!r}")
+        files[name] = (text.encode("utf-8"), 0o644)
+    trusted = hashlib.sha256(files["main.py"][0]).hexdigest() if trusted_main else ""
+    return _run(
+        jail, files, "python", "main.py", [], {}, timeout_s, memory_mb, stdin, max_output_bytes, trusted=trusted
+    )
 
 
 @dataclass(frozen=True)
@@ -248,6 +255,7 @@ def _run(
     *,
     tmpfs: bool = True,
     collect: dict[str, bytes] | None = None,
+    trusted: str = "",
 ) -> SandboxResult:
     """One confined run of ``files`` in a fresh scratch dir; ``collect`` receives the files the run left there
     (only meaningful with ``tmpfs=False``, where the scratch dir is the run's own on-disk directory)."""
@@ -258,7 +266,6 @@ def _run(
     scratch = Path(tempfile.mkdtemp(prefix="run-", dir=jail.scratch_base))
     limits = _limits(timeout_s, memory_mb, root)
     cgroup = make_run_cgroup(jail, MAX_PROCESSES, 2 * memory_mb * 1024 * 1024 + 64 * 1024 * 1024) if root else None
-    report_r, report_w = os.pipe()
     try:
         for name, (data, mode_bits) in files.items():
             (scratch / name).write_bytes(data)
@@ -272,32 +279,27 @@ def _run(
                 for name in files:
                     os.chown(scratch / name, uid, uid)
         args = {
-            "net": jail.net_fd,
-            "mnt": jail.mnt_fd,
-            "report": report_w,
             "uid": uid,
-            "cwd": scratch,
+            "cwd": str(scratch),
             "mode": mode,
-            "target": scratch / target if target else "",
-            "pidns": int(report.pid_namespace),
+            "target": str(scratch / target) if target else "",
+            "pidns": report.pid_namespace,
             "tmpfs": SCRATCH_TMPFS if use_tmpfs else "",
-            "cgroups": ",".join(cgroup.procs) if cgroup else "",
-            "limits": ",".join(f"{k}:{s}:{h}" for k, (s, h) in limits.items()),
-            "env": "\x1f".join(f"{k}={v}" for k, v in env.items()),
-            "argv": "\x1f".join(argv),
+            "cgroups": cgroup.procs if cgroup else [],
+            "limits": [[k, s, h] for k, (s, h) in limits.items()],
+            "env": env,
+            "argv": argv,
+            "trusted_program": trusted,
         }
-        boot = [PYTHON, "-I", "-S", "-B", "-c", _BOOT, *(f"{k}={v}" for k, v in args.items())]
-        pass_fds = (report_w, jail.net_fd, jail.mnt_fd) if jail.net_fd >= 0 else (report_w,)
         with open(stdin_file, "rb") as stdin_fh:
             stdin_file.unlink()
-            stopped, out, err, wall, proc = _supervise(boot, stdin_fh, pass_fds, report_w, timeout_s, max_output_bytes)
-        line = _read_all(report_r).split()
+            stopped, out, err, rep, wall = _supervise(jail, args, stdin_fh.fileno(), timeout_s, max_output_bytes)
+        line = rep.decode().split()
         if collect is not None:
             for path in scratch.iterdir():
                 if path.is_file() and not path.is_symlink() and path.name not in files:
                     collect[path.name] = path.read_bytes()
     finally:
-        os.close(report_r)
         if root and not report.pid_namespace:
             kill_uid(uid)  # before removing the dir, so nothing can write into it any more
         if cgroup:
@@ -313,7 +315,7 @@ def _run(
         wait_status, cpu_s, rss_mb = int(line[0]), float(line[1]), int(line[2]) / 1024
         exit_code = os.waitstatus_to_exitcode(wait_status)
     else:  # init itself was killed (deadline, output cap) before it could report
-        cpu_s, rss_mb, exit_code = 0.0, 0.0, proc.returncode
+        cpu_s, rss_mb, exit_code = 0.0, 0.0, None
     status = stopped or _classify(exit_code, stderr, oom, cpu_s, limits["RLIMIT_CPU"][0], line)
     return SandboxResult(status, exit_code, stdout, stderr, wall, cpu_s, round(rss_mb, 2))
 
@@ -340,82 +342,61 @@ def _classify(exit_code: int, stderr: str, oom: bool, cpu_s: float, cpu_limit: i
     return "runtime_error"
 
 
-def _read_all(fd: int) -> str:
-    os.set_blocking(fd, False)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(fd, 4096)
-        except BlockingIOError:
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    return b"".join(chunks).decode()
-
-
-_spawn_lock = threading.Lock()
-
-
-def _supervise(argv, stdin_fh, pass_fds, report_w, timeout_s, max_output_bytes):
+def _supervise(jail: Jail, args: dict, stdin_fd: int, timeout_s: float, max_output_bytes: int):
+    """Start one run through the fork server and read its stdout, stderr and report pipe until all three close
+    (i.e. until init, and with it the run's PID namespace, is gone) or the deadline or output cap stops it."""
     start = time.monotonic()
     deadline = start + timeout_s
-    # Popen with pass_fds from several threads: hold the lock so no other run's report pipe leaks into ours.
-    with _spawn_lock:
-        proc = subprocess.Popen(
-            argv,
-            stdin=stdin_fh,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env={},
-            cwd="/",
-            start_new_session=True,
-            pass_fds=pass_fds,
-            close_fds=True,
-        )
-        os.close(report_w)
-    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
-    out = {out_fd: bytearray(), err_fd: bytearray()}
+    pipes = [os.pipe() for _ in range(3)]  # stdout, stderr, report
+    try:
+        pid = jail.zygote.spawn(args, [stdin_fd, *(w for _, w in pipes)])
+    finally:
+        for _, w in pipes:
+            os.close(w)
+    bufs = {r: bytearray() for r, _ in pipes}
     stopped: Status | None = None
+    killed_at: float | None = None
     with selectors.DefaultSelector() as sel:
-        for pipe in (proc.stdout, proc.stderr):
-            os.set_blocking(pipe.fileno(), False)
-            sel.register(pipe.fileno(), selectors.EVENT_READ)
-        # Read until both pipes close (a process holding them keeps them open: the deadline ends that).
-        while sel.get_map() and stopped is None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+        for r, _ in pipes:
+            os.set_blocking(r, False)
+            sel.register(r, selectors.EVENT_READ)
+        while sel.get_map():
+            now = time.monotonic()
+            if stopped is None and now >= deadline:
                 stopped = "timeout"
-                break
-            for key, _ in sel.select(remaining):
+            if stopped is not None and killed_at is None:
+                _kill_run(pid)
+                killed_at = now
+            if killed_at is not None and now - killed_at > 5.0:
+                break  # a process outside any PID namespace still holds a pipe: give up on it
+            wait = (deadline - now) if killed_at is None else 0.1
+            for key, _ in sel.select(max(wait, 0.0)):
                 try:
                     chunk = os.read(key.fd, 65536)
-                except OSError as err:  # pragma: no cover - EAGAIN after a spurious wake-up
-                    if err.errno == errno.EAGAIN:
-                        continue
-                    raise
+                except BlockingIOError:  # pragma: no cover - spurious wake-up
+                    continue
                 if not chunk:
                     sel.unregister(key.fd)
                     continue
-                buf = out[key.fd]
+                if stopped is not None:
+                    continue  # draining after a kill
+                buf = bufs[key.fd]
                 buf += chunk
-                if len(buf) > max_output_bytes:
+                if key.fd != pipes[2][0] and len(buf) > max_output_bytes:
                     del buf[max_output_bytes:]
                     stopped = "output_limit"
-                    break
-    if stopped is None:
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            stopped = "timeout"
+    for r, _ in pipes:
+        os.close(r)
+    out, err, rep = (bytes(bufs[r]) for r, _ in pipes)
     if stopped is not None:
-        # boot and init share this process group and cannot be reached by the code (another uid): killing
-        # init ends its PID namespace, i.e. every process the code started.
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    proc.wait()
-    proc.stdout.close()
-    proc.stderr.close()
-    return stopped, bytes(out[out_fd]), bytes(out[err_fd]), time.monotonic() - start, proc
+        rep = b""
+    return stopped, out, err, rep, time.monotonic() - start
+
+
+def _kill_run(pid: int) -> None:
+    """boot and init share boot's process group and run as root, out of the code's reach: killing init ends its
+    PID namespace, i.e. every process the code started."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,233 @@
+"""Run every test of a submission and collect per-test verdicts: the execution half of the judge.
+
+Python submissions run all their tests in one sandboxed run (the per-process cost dominates: ~75 runs/s one per
+test against thousands of tests/s batched, STACK.md) through the batch harness (``_harness.py``): a checker
+process that alone holds the expected answers and a random nonce, and a candidate process that holds the code.
+C++ is compiled once and its binary runs once per test (a process start costs little for native code).
+
+    from forge.code.runner import Test, run_tests
+    report = run_tests("def add(a, b):\\n    return a + b\\n", [Test.call("add", [1, 2], 3)])
+    assert report.pass_rate == 1.0
+
+A test that times out or kills the candidate ends that run; the rest are re-run in a fresh one (at most
+``max_restarts`` times, then they count as failed), so one bad test does not sink the others.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from forge.code import wire
+from forge.code.sandbox import SandboxResult, compile_cpp, run_compiled, run_python
+
+_WIRE = Path(wire.__file__).read_text(encoding="utf-8")
+_HARNESS = _WIRE + "\n\n" + Path(__file__).with_name("_harness.py").read_text(encoding="utf-8")
+
+Kind = Literal["stdio", "call", "assert"]
+# Per-test statuses: pass; fail (wrong answer or an exception); timeout; died (the process ended mid-test);
+# skipped (after too many restarts); or the sandbox's status when the whole run ended without a verdict.
+PASS = "pass"
+
+
+@dataclass(frozen=True)
+class Test:
+    kind: Kind
+    input: str = ""  # stdio: standard input
+    output: str | None = None  # stdio: expected standard output (whitespace-insensitive); None = run only
+    fn: str = ""  # call: function name
+    args: tuple = ()  # call: positional arguments (plain values)
+    expected: Any = None  # call: expected return value (plain values; floats within tolerance)
+    code: str = ""  # assert: trusted test code run by the checker, the submission's functions as proxies
+
+    @classmethod
+    def stdio(cls, input: str, output: str | None = None) -> Test:
+        return cls("stdio", input=input, output=output)
+
+    @classmethod
+    def call(cls, fn: str, args: Sequence, expected: Any) -> Test:
+        return cls("call", fn=fn, args=tuple(args), expected=expected)
+
+    @classmethod
+    def check(cls, code: str) -> Test:
+        return cls("assert", code=code)
+
+    def to_job(self) -> dict:
+        if self.kind == "stdio":
+            return {"kind": "stdio", "input": self.input, "output": self.output}
+        if self.kind == "call":
+            return {
+                "kind": "call",
+                "fn": self.fn,
+                "args": wire.encode(list(self.args)),
+                "expected": wire.encode(self.expected),
+            }
+        return {"kind": "assert", "code": self.code}
+
+
+@dataclass(frozen=True)
+class TestOutcome:
+    status: str
+    seconds: float
+    detail: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASS
+
+
+@dataclass
+class TestReport:
+    """All tests of one submission: verdicts in test order, plus the last sandbox run (for its stderr)."""
+
+    outcomes: list[TestOutcome]
+    runs: int = 0
+    compile_error: str = ""
+    last_run: SandboxResult | None = field(default=None, repr=False)
+
+    @property
+    def n(self) -> int:
+        return len(self.outcomes)
+
+    @property
+    def passed(self) -> int:
+        return sum(o.passed for o in self.outcomes)
+
+    @property
+    def pass_rate(self) -> float:
+        return self.passed / self.n if self.n else 0.0
+
+    @property
+    def all_passed(self) -> bool:
+        return self.n > 0 and self.passed == self.n
+
+    def seconds(self) -> list[float]:
+        return [o.seconds for o in self.outcomes]
+
+
+def defined_functions(source: str) -> list[str]:
+    """Top-level function names of ``source`` (parsed, never executed); [] when it does not parse."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    return [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+
+
+def run_tests(
+    source: str,
+    tests: Sequence[Test],
+    *,
+    lang: str = "python",
+    time_limit_s: float = 2.0,
+    memory_mb: int = 256,
+    entry_point: str | None = None,
+    setup: str = "",
+    max_restarts: int = 3,
+    float_tol: float = 1e-6,
+    allow_weak_isolation: bool = False,
+) -> TestReport:
+    """Judge ``source`` on ``tests``; ``time_limit_s`` is per test, ``setup`` runs in the checker before each
+    assert test (e.g. MBPP's test_setup_code)."""
+    if lang == "cpp":
+        return _run_cpp(source, tests, time_limit_s, memory_mb, allow_weak_isolation)
+    if lang != "python":
+        raise ValueError(f"unknown language {lang!r}")
+    base_job = {
+        "functions": defined_functions(source),
+        "entry_point": entry_point,
+        "setup": setup,
+        "tol": float_tol,
+        "time_limit": time_limit_s,
+    }
+    outcomes: list[TestOutcome] = []
+    report = TestReport(outcomes)
+    while len(outcomes) < len(tests):
+        remaining = tests[len(outcomes) :]
+        if report.runs > max_restarts:
+            outcomes += [TestOutcome("skipped", 0.0, "too many restarts")] * len(remaining)
+            break
+        nonce = secrets.token_hex(16)
+        job = base_job | {"nonce": nonce, "tests": [t.to_job() for t in remaining]}
+        result = run_python(
+            _HARNESS,
+            timeout_s=time_limit_s * len(remaining) + 2.0,
+            memory_mb=memory_mb,
+            stdin=json.dumps(job),
+            max_output_bytes=max(65536, 400 * len(remaining)),
+            allow_weak_isolation=allow_weak_isolation,
+            extra_files={"solution.py": source},
+            trusted_main=True,
+        )
+        report.runs += 1
+        report.last_run = result
+        verdicts = _verdicts(result.stdout, nonce)
+        if not verdicts:  # the run ended without the checker's line: every remaining test gets the run's status
+            status = result.status if result.status != "ok" else "died"
+            outcomes += [TestOutcome(status, 0.0, result.stderr[-300:])] * len(remaining)
+            break
+        outcomes += [TestOutcome(s, float(t), str(d)) for s, t, d in verdicts[: len(remaining)]]
+    return report
+
+
+def _verdicts(stdout: str, nonce: str) -> list:
+    for line in stdout.splitlines():
+        if line.startswith(nonce + " "):
+            try:
+                rows = json.loads(line[len(nonce) + 1 :])
+            except json.JSONDecodeError:
+                return []
+            return rows if isinstance(rows, list) else []
+    return []
+
+
+def _run_cpp(source, tests, time_limit_s, memory_mb, allow_weak_isolation) -> TestReport:
+    program, compiled = compile_cpp(source, allow_weak_isolation=allow_weak_isolation)
+    if program is None:
+        outcomes = [TestOutcome("compile_error", 0.0)] * len(tests)
+        return TestReport(outcomes, runs=1, compile_error=compiled.stderr[-2000:], last_run=compiled)
+    report = TestReport([], runs=1, last_run=compiled)
+    try:
+        for test in tests:
+            if test.kind != "stdio":
+                raise ValueError("C++ submissions take stdio tests only")
+            result = run_compiled(program, time_limit_s=time_limit_s, memory_mb=memory_mb, stdin=test.input)
+            report.runs += 1
+            report.last_run = result
+            if result.status != "ok":
+                status = {"runtime_error": "fail", "killed": "died"}.get(result.status, result.status)
+                report.outcomes.append(TestOutcome(status, result.wall_s, result.stderr[-300:]))
+                continue
+            ok = test.output is None or result.stdout.split() == test.output.split()
+            report.outcomes.append(TestOutcome(PASS if ok else "fail", result.wall_s, result.stdout[:200]))
+    finally:
+        program.remove()
+    return report
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One unit of work for the pool: a source and its tests (and run_tests keyword arguments)."""
+
+    source: str
+    tests: Sequence[Test]
+    options: dict = field(default_factory=dict)
+
+
+def default_workers() -> int:
+    """One sandboxed run per core: the runs are CPU-bound, the threads only wait on them."""
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+def judge_many(submissions: Iterable[Submission], workers: int | None = None) -> list[TestReport]:
+    """Judge many submissions, ``workers`` sandboxes at a time (default: the cores), results in input order."""
+    with ThreadPoolExecutor(max_workers=workers or default_workers()) as pool:
+        return list(pool.map(lambda s: run_tests(s.source, s.tests, **s.options), submissions))
