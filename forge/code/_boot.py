@@ -16,6 +16,7 @@ Per run, three processes:
   in the namespace (double-forked daemons included);
 - user: closes the report pipe, sets rlimits, drops to the run's uid (no new privileges) and runs the code.
 """
+
 import ctypes, io, json, os, resource, select, signal, socket, sys, traceback
 
 libc = ctypes.CDLL(None, use_errno=True)

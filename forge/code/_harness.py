@@ -12,6 +12,7 @@ Two processes, both as the run's unprivileged uid:
   dead candidate fails the test in flight; the checker is non-dumpable, so the candidate can neither trace it
   nor open its descriptors through /proc.
 """
+
 import ctypes, io, json, os, select, sys, time
 
 ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no ptrace, no /proc/<pid>/{mem,fd} for the candidate
@@ -23,7 +24,7 @@ ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no ptrace, no /proc
 def send(fd, obj):
     data = (json.dumps(obj) + "\n").encode()
     while data:
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]
 
 
 class Reader:

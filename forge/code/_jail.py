@@ -159,6 +159,7 @@ class Jail:
     uid_locks: Path = Path()
     cgroup_parents: dict[str, Path] = field(default_factory=dict)  # controller ("pids", "memory", "v2") -> dir
     zygote: Zygote | None = None
+    used_uids: set[int] = field(default_factory=set)  # every uid this process leased (tests look for leftovers)
 
 
 _jail: Jail | None = None
@@ -296,6 +297,7 @@ def lease_uid(jail: Jail) -> tuple[int, int]:
         fd = os.open(jail.uid_locks / str(uid), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            jail.used_uids.add(uid)
             return uid, fd
         except BlockingIOError:
             os.close(fd)

@@ -38,6 +38,8 @@ PASS = "pass"
 
 @dataclass(frozen=True)
 class Test:
+    __test__ = False  # not a pytest class
+
     kind: Kind
     input: str = ""  # stdio: standard input
     output: str | None = None  # stdio: expected standard output (whitespace-insensitive); None = run only

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from forge.code._jail import UID_BASE, UID_SPAN
+from forge.code._jail import get_jail
 from forge.code.sandbox import isolation_report, run_python
 
 AS_ROOT = os.geteuid() == 0
@@ -31,7 +31,8 @@ def run(source: str, **kw):
 
 
 def sandbox_processes() -> list[int]:
-    """Host pids of live processes running as a sandbox uid (the code reports only namespaced pids)."""
+    """Host pids of live processes running as a uid this process's sandbox leased (the code sees only
+    namespaced pids; other Forge processes on the machine draw uids from the same range)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -42,7 +43,7 @@ def sandbox_processes() -> list[int]:
             continue
         uid = int(re.search(r"^Uid:\s+(\d+)", status, re.MULTILINE).group(1))
         state = re.search(r"^State:\s+(\w)", status, re.MULTILINE).group(1)
-        if UID_BASE <= uid < UID_BASE + UID_SPAN and state not in "ZX":
+        if uid in get_jail().used_uids and state not in "ZX":
             found.append(int(entry.name))
     return found
 
