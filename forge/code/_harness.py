@@ -179,8 +179,19 @@ def main():
     job = json.loads(sys.stdin.read())
     os.close(0)
     link = Link(req_w, resp_r)
+    # The candidate's CPU clock, read from here: load on the machine does not inflate it and the code under
+    # test cannot touch it (the complexity judge times with it).
+    clock = ((~pid) << 3) | 2
+
+    def cpu():
+        try:
+            return time.clock_gettime(clock)
+        except OSError:
+            return float("nan")
+
     results = []
     for test in job["tests"]:
+        cpu_start = cpu()
         start = time.perf_counter()
         link.deadline = start + job["time_limit"]
         try:
@@ -192,7 +203,7 @@ def main():
             status, detail = "died", str(e)
         except BaseException as e:
             status, detail = "fail", f"{type(e).__name__}: {e}"[:300]
-        results.append([status, time.perf_counter() - start, detail])
+        results.append([status, time.perf_counter() - start, detail, cpu() - cpu_start])
         if status in ("timeout", "died"):
             break
     sys.stdout.write(job["nonce"] + " " + json.dumps(results) + "\n")

@@ -16,6 +16,7 @@ A test that times out or kills the candidate ends that run; the rest are re-run 
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 from collections.abc import Iterable, Sequence
@@ -76,8 +77,9 @@ class Test:
 @dataclass(frozen=True)
 class TestOutcome:
     status: str
-    seconds: float
+    seconds: float  # wall-clock, as the checker saw it
     detail: str = ""
+    cpu_seconds: float | None = None  # the candidate's CPU time for this test (batched Python runs)
 
     @property
     def passed(self) -> bool:
@@ -176,8 +178,14 @@ def run_tests(
             status = result.status if result.status != "ok" else "died"
             outcomes += [TestOutcome(status, 0.0, result.stderr[-300:])] * len(remaining)
             break
-        outcomes += [TestOutcome(s, float(t), str(d)) for s, t, d in verdicts[: len(remaining)]]
+        outcomes += [_outcome(row) for row in verdicts[: len(remaining)]]
     return report
+
+
+def _outcome(row: list) -> TestOutcome:
+    status, wall, detail, cpu = (row + [None] * 4)[:4]
+    cpu = float(cpu) if isinstance(cpu, int | float) and math.isfinite(cpu) else None
+    return TestOutcome(str(status), float(wall), str(detail), cpu)
 
 
 def _verdicts(stdout: str, nonce: str) -> list:
@@ -206,10 +214,11 @@ def _run_cpp(source, tests, time_limit_s, memory_mb, allow_weak_isolation) -> Te
             report.last_run = result
             if result.status != "ok":
                 status = {"runtime_error": "fail", "killed": "died"}.get(result.status, result.status)
-                report.outcomes.append(TestOutcome(status, result.wall_s, result.stderr[-300:]))
+                report.outcomes.append(TestOutcome(status, result.wall_s, result.stderr[-300:], result.cpu_s))
                 continue
             ok = test.output is None or result.stdout.split() == test.output.split()
-            report.outcomes.append(TestOutcome(PASS if ok else "fail", result.wall_s, result.stdout[:200]))
+            outcome = TestOutcome(PASS if ok else "fail", result.wall_s, result.stdout[:200], result.cpu_s)
+            report.outcomes.append(outcome)
     finally:
         program.remove()
     return report
