@@ -103,10 +103,11 @@ def measure(
     problem: Problem,
     sizes: Sequence[int] | None = None,
     repeats: int = 5,
-    time_limit_s: float = 2.0,
+    time_limit_s: float = 1.0,
     memory_mb: int = 512,
     seed: int = 0,
     lang: str = "python",
+    min_points: int = 4,
 ) -> tuple[list[tuple[int, float]], int | None]:
     """(n, min seconds) per size that finished, and the first size that timed out (None if all finished).
 
@@ -128,7 +129,7 @@ def measure(
             break
         best[n] = _seconds(outcome)
     done = [n for n in sizes if n in best]
-    if repeats > 1 and done:
+    if repeats > 1 and len(done) >= min_points:
         order = [n for _ in range(repeats - 1) for n in done]
         again = run_tests(program, [Test.stdio(inputs[n]) for n in order], **options)
         for n, outcome in zip(order, again.outcomes):
@@ -144,7 +145,7 @@ def _seconds(outcome) -> float:
 def estimate_complexity(program: str, problem: Problem, min_points: int = 4, **measure_options) -> ComplexityVerdict:
     """Empirical class of ``program`` on ``problem``'s generator ("unknown" if fewer than ``min_points`` sizes
     finished; a timeout before that means the program is slower than anything the sizes were chosen for)."""
-    points, timed_out = measure(program, problem, **measure_options)
+    points, timed_out = measure(program, problem, min_points=min_points, **measure_options)
     if len(points) < min_points:
         return ComplexityVerdict("unknown", 0.0, "empirical", tuple(points), {}, timed_out)
     cls, confidence, errors = classify(points)
@@ -153,7 +154,9 @@ def estimate_complexity(program: str, problem: Problem, min_points: int = 4, **m
 
 # --- model-based -------------------------------------------------------------------------------------------
 
-_CLASS_PATTERN = re.compile(r"O\(\s*(1|log\s*n|n\s*log\s*n|n\s*\^?\s*2|n\s*\^?\s*3|n²|n³|2\s*\^\s*n|2ⁿ|n)\s*\)", re.IGNORECASE)
+_CLASS_PATTERN = re.compile(
+    r"O\(\s*(1|log\s*n|n\s*log\s*n|n\s*\^?\s*2|n\s*\^?\s*3|n²|n³|2\s*\^\s*n|2ⁿ|n)\s*\)", re.IGNORECASE
+)
 
 
 def parse_class(text: str) -> str | None:
