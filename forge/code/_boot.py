@@ -3,25 +3,24 @@
 jail). It is a file so it can be read and linted.
 
 Started once per Forge process, as root when Forge is root: it enters the shared network and mount namespaces,
-imports what runs need, then forks one *boot* process per request that arrives on its socket (with the run's
-stdin, stdout, stderr and report pipe as passed descriptors). Forking this warm interpreter costs a few
-milliseconds where starting a fresh one costs ~30 (the per-run cost that bounds the judge's throughput).
+imports what runs need, freezes its heap (so children's garbage collection copies no pages), then forks one
+process per request that arrives on its socket (with the run's stdin, stdout, stderr and report pipe as passed
+descriptors). Forking this warm interpreter costs about a millisecond where starting a fresh one costs ~30, and
+one process per run (no intermediate init) halves the forks: the per-run cost bounds the judge's throughput.
 
-Per run, three processes:
-- boot: takes the descriptors, starts its own session, joins the run's cgroups, makes a new PID + mount
-  namespace for its children, forks ``init`` and waits for it;
-- init (pid 1 of the new namespace, stays root, so the code can neither signal nor trace it): mounts a fresh
-  /proc and a size- and inode-capped tmpfs over the scratch directory, forks ``user``, waits for it and writes
-  its wait status and resource usage to the report pipe; when init exits the kernel kills every process left
-  in the namespace (double-forked daemons included);
-- user: closes the report pipe, sets rlimits, drops to the run's uid (no new privileges) and runs the code.
+The run's process is pid 1 of a new PID namespace (when the host allows one): it takes the descriptors, starts
+its own session (Forge kills that process group at the deadline), joins the run's cgroups, makes its own mount
+namespace with a fresh /proc and a size- and inode-capped tmpfs scratch directory holding the submission's
+files, sets rlimits, drops to the run's uid (no new privileges) and runs the code. When it exits the kernel kills
+every process left in the namespace (double-forked daemons included). The server, outside the namespace and
+root, waits for it through a pidfd and writes its wait status and resource usage to the run's report pipe, which
+the run never holds.
 """
 
-import ctypes, io, json, os, resource, select, signal, socket, sys, traceback
+import ctypes, gc, io, json, os, resource, select, signal, socket, sys, traceback
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
-REPORT_FD = 3
 COMPILED = {}
 
 
@@ -31,8 +30,35 @@ def check(rc, what):
         os._exit(120)
 
 
-def user(A, uid):
-    os.close(REPORT_FD)
+def prepare(A):
+    """As root, in the new namespaces: session, cgroups, mounts, the submission's files."""
+    os.setsid()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for procs in A["cgroups"]:
+        with open(procs, "w") as f:
+            f.write("0")  # "0": the writer itself
+    cwd, uid = A["cwd"], A["uid"]
+    if A["pidns"]:
+        check(libc.unshare(0x00020000), "unshare(CLONE_NEWNS)")
+        check(libc.mount(None, b"/", None, 16384 | (1 << 18), None), "make / private")  # MS_REC | MS_PRIVATE
+        check(libc.mount(b"proc", b"/proc", b"proc", 2 | 4 | 8, None), "mount /proc")  # nosuid nodev noexec
+    if A["tmpfs"]:
+        opts = f"{A['tmpfs']},mode=0700,uid={max(uid, 0)},gid={max(uid, 0)}".encode()
+        check(libc.mount(b"forge-scratch", cwd.encode(), b"tmpfs", 2 | 4, opts), "tmpfs scratch")
+        for name, (text, src, mode) in A["files"].items():
+            path = os.path.join(cwd, name)
+            if src:
+                with open(src, "rb") as f:
+                    data = f.read()
+            else:
+                data = text.encode("utf-8")
+            with open(path, "wb") as f:
+                f.write(data)
+            os.chmod(path, mode)
+
+
+def user(A):
+    uid = A["uid"]
     os.chdir(A["cwd"])
     for name, soft, hard in A["limits"]:
         resource.setrlimit(getattr(resource, name), (soft, hard))
@@ -41,7 +67,6 @@ def user(A, uid):
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
-    signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # Python's own default, as in a fresh interpreter
     if A["mode"] == "exec":
         for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores these; a native program should not
             signal.signal(sig, signal.SIG_DFL)
@@ -54,7 +79,7 @@ def user(A, uid):
     sys.argv = [target]
     sys.path[0] = A["cwd"]
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
-    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", line_buffering=False)
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8")
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace")
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
     code = 0
@@ -83,80 +108,66 @@ def user(A, uid):
     os._exit(code)
 
 
-def init(A, uid):
-    cwd = A["cwd"]
-    if A["pidns"]:
-        check(libc.mount(None, b"/", None, 16384 | (1 << 18), None), "make / private")  # MS_REC | MS_PRIVATE
-        check(libc.mount(b"proc", b"/proc", b"proc", 2 | 4 | 8, None), "mount /proc")  # nosuid nodev noexec
-        if A["tmpfs"]:
-            # Keep the submission's files, cover the scratch dir with a capped tmpfs, put them back.
-            files = {}
-            for name in os.listdir(cwd):
-                with open(os.path.join(cwd, name), "rb") as f:
-                    files[name] = (f.read(), os.stat(os.path.join(cwd, name)).st_mode & 0o777)
-            opts = f"{A['tmpfs']},mode=0700,uid={max(uid, 0)},gid={max(uid, 0)}".encode()
-            check(libc.mount(b"forge-scratch", cwd.encode(), b"tmpfs", 2 | 4, opts), "tmpfs scratch")
-            for name, (data, mode) in files.items():
-                path = os.path.join(cwd, name)
-                with open(path, "wb") as f:
-                    f.write(data)
-                os.chmod(path, mode)
-    pid = os.fork()
-    if pid == 0:
-        user(A, uid)
-    _, status, usage = os.wait4(pid, 0)
-    os.write(REPORT_FD, f"{status} {usage.ru_utime + usage.ru_stime:.6f} {usage.ru_maxrss}\n".encode())
-    os._exit(0)
-
-
-def boot(A, fds):
-    for target, fd in zip((0, 1, 2, REPORT_FD), fds):
+def run(A, fds):
+    """The run's process (pid 1 of its namespace): descriptors 0-2 only, then prepare as root, then the code."""
+    for target, fd in zip((0, 1, 2), fds):
         os.dup2(fd, target)
-    for fd in fds:
-        if fd > REPORT_FD:
-            os.close(fd)
-    os.setsid()
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    uid = A["uid"]
-    for procs in A["cgroups"]:
-        with open(procs, "w") as f:
-            f.write(str(os.getpid()))
-    if A["pidns"]:
-        check(libc.unshare(0x20000000 | 0x00020000), "unshare(CLONE_NEWPID|CLONE_NEWNS)")
-    if os.fork() == 0:
-        init(A, uid)
-    os.close(REPORT_FD)
-    for fd in (0, 1, 2):
-        os.close(fd)  # only the code's own processes hold the output pipes, so EOF means they are done
-    os.wait()
-    os._exit(0)
+    os.closerange(3, 1 << 16)  # the server's socket, pidfds and other runs' report pipes
+    prepare(A)
+    user(A)
 
 
-def serve(sock):
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # boot processes are reaped by the kernel
+def serve(sock, own_pidns):
+    running = {}  # pidfd -> (pid, report fd)
     while True:
-        msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 4)
-        if not msg:
-            os._exit(0)  # Forge went away
-        A = json.loads(msg)
-        if A.get("trusted_program"):
-            # Forge's own harness: compiled once here, so each run skips it (never done for submitted code,
-            # which could crash or stall the compiler).
-            key = A["trusted_program"]
-            if key not in COMPILED:
-                with open(A["target"], encoding="utf-8") as f:
-                    COMPILED[key] = compile(f.read(), A["target"], "exec")
-            A["_compiled"] = COMPILED[key]
+        ready, _, _ = select.select([sock, *running], [], [])
+        for fd in ready:
+            if fd is sock:
+                start_run(sock, own_pidns, running)
+            else:
+                pid, report = running.pop(fd)
+                _, status, usage = os.wait4(pid, 0)
+                try:
+                    os.write(report, f"{status} {usage.ru_utime + usage.ru_stime:.6f} {usage.ru_maxrss}\n".encode())
+                except OSError:
+                    pass  # Forge stopped listening (a killed run)
+                os.close(report)
+                os.close(fd)
+
+
+def start_run(sock, own_pidns, running):
+    msg, fds, _, _ = socket.recv_fds(sock, 1 << 24, 4)
+    if not msg:
+        os._exit(0)  # Forge went away
+    A = json.loads(msg)
+    if A.get("trusted_program"):
+        # Forge's own harness: compiled once here, so each run skips it (never done for submitted code, which
+        # could crash or stall the compiler).
+        key = A["trusted_program"]
+        if key not in COMPILED:
+            text, src, _ = A["files"]["main.py"]
+            if text is None:
+                with open(src, encoding="utf-8") as f:
+                    text = f.read()
+            COMPILED[key] = compile(text, A["target"], "exec")
+        A["_compiled"] = COMPILED[key]
+    if A["pidns"]:
+        # The next child is pid 1 of a new namespace; afterwards point our children back at our own.
+        check(libc.unshare(0x20000000), "unshare(CLONE_NEWPID)")
+    try:
         pid = os.fork()
         if pid == 0:
-            sock.close()
             try:
-                boot(A, fds)
+                run(A, fds)
             finally:
                 os._exit(121)
-        for fd in fds:
-            os.close(fd)
-        sock.send(str(pid).encode())
+    finally:
+        if A["pidns"]:
+            check(libc.setns(own_pidns, 0x20000000), "setns(own pid namespace)")
+    for fd in fds[:3]:
+        os.close(fd)
+    running[os.pidfd_open(pid)] = (pid, fds[3])
+    sock.send(str(pid).encode())
 
 
 def main():
@@ -168,8 +179,13 @@ def main():
         os.close(net)
         os.close(mnt)
     os.chdir("/")
+    own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY)
+    import time  # what submissions and the harness import anyway: loaded once here
+
+    gc.collect()
+    gc.freeze()  # children touching these objects' GC headers would copy every page
     sock.send(b"ready")
-    serve(sock)
+    serve(sock, own_pidns)
 
 
 main()

@@ -75,7 +75,7 @@ def _fit(ns: Sequence[float], ts: Sequence[float], f) -> float:
 
 
 def classify(
-    points: Sequence[tuple[int, float]], margin: float = 0.04, ratio: float = 1.5, flat: float = 1.6
+    points: Sequence[tuple[int, float]], margin: float = 0.05, ratio: float = 1.5, flat: float = 1.6
 ) -> tuple[str, float, dict]:
     """(class, confidence, errors) for measured (n, seconds) points.
 

@@ -1,8 +1,9 @@
 """Run every test of a submission and collect per-test verdicts: the execution half of the judge.
 
 Python submissions run all their tests in one sandboxed run (the per-process cost dominates: ~75 runs/s one per
-test against thousands of tests/s batched, STACK.md) through the batch harness (``_harness.py``): a checker
-process that alone holds the expected answers and a random nonce, and a candidate process that holds the code.
+test against thousands of tests/s batched, STACK.md): the sandboxed candidate server (``_harness.py``) holds the
+code and answers one request per test; Forge, outside the sandbox, holds the expected answers, sends the inputs,
+decodes the answers into plain values and decides every verdict (the code cannot reach any of that).
 C++ is compiled once and its binary runs once per test (a process start costs little for native code).
 
     from forge.code.runner import Test, run_tests
@@ -15,10 +16,11 @@ A test that times out or kills the candidate ends that run; the rest are re-run 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
-import secrets
+import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from forge.code import wire
-from forge.code.sandbox import SandboxResult, compile_cpp, run_compiled, run_python
+from forge.code.sandbox import RunEnded, SandboxResult, compile_cpp, run_compiled, run_python
 
 _WIRE = Path(wire.__file__).read_text(encoding="utf-8")
 _HARNESS = _WIRE + "\n\n" + Path(__file__).with_name("_harness.py").read_text(encoding="utf-8")
@@ -60,18 +62,6 @@ class Test:
     @classmethod
     def check(cls, code: str) -> Test:
         return cls("assert", code=code)
-
-    def to_job(self) -> dict:
-        if self.kind == "stdio":
-            return {"kind": "stdio", "input": self.input, "output": self.output}
-        if self.kind == "call":
-            return {
-                "kind": "call",
-                "fn": self.fn,
-                "args": wire.encode(list(self.args)),
-                "expected": wire.encode(self.expected),
-            }
-        return {"kind": "assert", "code": self.code}
 
 
 @dataclass(frozen=True)
@@ -145,13 +135,7 @@ def run_tests(
         return _run_cpp(source, tests, time_limit_s, memory_mb, allow_weak_isolation)
     if lang != "python":
         raise ValueError(f"unknown language {lang!r}")
-    base_job = {
-        "functions": defined_functions(source),
-        "entry_point": entry_point,
-        "setup": setup,
-        "tol": float_tol,
-        "time_limit": time_limit_s,
-    }
+    functions = defined_functions(source)
     outcomes: list[TestOutcome] = []
     report = TestReport(outcomes)
     while len(outcomes) < len(tests):
@@ -159,44 +143,127 @@ def run_tests(
         if report.runs > max_restarts:
             outcomes += [TestOutcome("skipped", 0.0, "too many restarts")] * len(remaining)
             break
-        nonce = secrets.token_hex(16)
-        job = base_job | {"nonce": nonce, "tests": [t.to_job() for t in remaining]}
+        checker = _Checker(remaining, functions, entry_point, setup, float_tol, time_limit_s)
         result = run_python(
             _HARNESS,
             timeout_s=time_limit_s * len(remaining) + 2.0,
             memory_mb=memory_mb,
-            stdin=json.dumps(job),
-            max_output_bytes=max(65536, 400 * len(remaining)),
+            max_output_bytes=MAX_ANSWER_BYTES,
             allow_weak_isolation=allow_weak_isolation,
             extra_files={"solution.py": source},
             trusted_main=True,
+            dialogue=checker.run,
         )
         report.runs += 1
         report.last_run = result
-        verdicts = _verdicts(result.stdout, nonce)
-        if not verdicts:  # the run ended without the checker's line: every remaining test gets the run's status
-            status = result.status if result.status != "ok" else "died"
+        if not checker.outcomes:  # nothing was answered: every remaining test gets the run's status
+            status = "died" if result.status == "ok" else result.status
             outcomes += [TestOutcome(status, 0.0, result.stderr[-300:])] * len(remaining)
             break
-        outcomes += [_outcome(row) for row in verdicts[: len(remaining)]]
+        outcomes += checker.outcomes
     return report
 
 
-def _outcome(row: list) -> TestOutcome:
-    status, wall, detail, cpu = (row + [None] * 4)[:4]
-    cpu = float(cpu) if isinstance(cpu, int | float) and math.isfinite(cpu) else None
-    return TestOutcome(str(status), float(wall), str(detail), cpu)
+MAX_ANSWER_BYTES = 1 << 22  # per answer line and for stderr
 
 
-def _verdicts(stdout: str, nonce: str) -> list:
-    for line in stdout.splitlines():
-        if line.startswith(nonce + " "):
+class _CandidateDied(Exception):
+    pass
+
+
+class _Checker:
+    """Forge's side of a batched run: sends each test's input, decides the verdict from the answer, times it.
+
+    The expected answers never enter the sandbox; answers are decoded into plain values (forge/code/wire.py)
+    before any comparison, so nothing the submission defines is ever called here."""
+
+    def __init__(self, tests, functions, entry_point, setup, tol, time_limit_s) -> None:
+        self.tests, self.functions, self.entry_point = tests, functions, entry_point
+        self.setup, self.tol, self.time_limit_s = setup, tol, time_limit_s
+        self.outcomes: list[TestOutcome] = []
+        self.deadline = 0.0
+
+    def ask(self, channel, request: dict, payload: bytes = b"") -> Any:
+        try:
+            line = channel.ask(json.dumps(request).encode() + b"\n" + payload, self.deadline)
+        except RunEnded:
+            raise _CandidateDied("the submission's process ended") from None
+        try:
+            reply = json.loads(line)
+            if "err" in reply:
+                raise RuntimeError(str(reply["err"])[:300])
+            return wire.decode(reply["ok"])
+        except (ValueError, KeyError, TypeError, RecursionError, AttributeError) as err:
+            raise RuntimeError(f"unreadable answer ({type(err).__name__})") from None
+
+    def run(self, channel) -> None:
+        for test in self.tests:
+            start = time.monotonic()
+            self.deadline = start + self.time_limit_s
+            cpu_start = channel.cpu_seconds()
             try:
-                rows = json.loads(line[len(nonce) + 1 :])
-            except json.JSONDecodeError:
-                return []
-            return rows if isinstance(rows, list) else []
-    return []
+                passed, detail = self.check(channel, test)
+                status = PASS if passed else "fail"
+            except TimeoutError:
+                status, detail = "timeout", ""
+            except OverflowError:
+                status, detail = "output_limit", ""
+            except _CandidateDied as err:
+                status, detail = "died", str(err)
+            except Exception as err:  # noqa: BLE001 - a failed assert, an error answer, a bad value: the test fails
+                status, detail = "fail", f"{type(err).__name__}: {err}"[:300]
+            cpu = channel.cpu_seconds() - cpu_start
+            self.outcomes.append(
+                TestOutcome(status, time.monotonic() - start, detail, cpu if math.isfinite(cpu) else None)
+            )
+            if status in ("timeout", "died", "output_limit"):
+                if status != "died":
+                    channel.kill()
+                return
+
+    def check(self, channel, test: Test) -> tuple[bool, str]:
+        if test.kind == "stdio":
+            data = test.input.encode("utf-8")
+            got = self.ask(channel, {"op": "stdio", "len": len(data)}, data)
+            ok = test.output is None or (isinstance(got, str) and got.split() == test.output.split())
+            return ok, str(got)[:200]
+        if test.kind == "call":
+            request = {"op": "call", "fn": test.fn, "args": wire.encode(list(test.args)), "kwargs": {"$d": []}}
+            got = self.ask(channel, request)
+            return same(got, test.expected, self.tol), repr(got)[:200]
+        # "assert": trusted test code, run here with the submission's functions as proxies
+        names = {n: self._proxy(channel, n) for n in self.functions}
+        scope = {"__name__": "__checker__", **names}
+        if self.entry_point in names:
+            scope["candidate"] = names[self.entry_point]
+        # Trusted dataset code (HumanEval's check, MBPP's asserts), never the submission: it runs here.
+        if self.setup:
+            exec(_compiled(self.setup), scope)  # noqa: S102
+        exec(_compiled(test.code), scope)  # noqa: S102
+        return True, ""
+
+    def _proxy(self, channel, name: str):
+        def call(*args, **kwargs):
+            request = {"op": "call", "fn": name, "args": wire.encode(list(args)), "kwargs": wire.encode(kwargs)}
+            return self.ask(channel, request)
+
+        call.__name__ = name
+        return call
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(code: str):
+    """Test code compiled once per process (the same HumanEval check runs for every candidate)."""
+    return compile(code, "<test>", "exec")
+
+
+def same(got: Any, want: Any, tol: float) -> bool:
+    """Equality of plain values (decoded answers: no user-defined __eq__ can reach here), floats within tol."""
+    if type(want) is float and type(got) in (int, float):
+        return abs(got - want) <= tol * max(1.0, abs(want))
+    if type(want) in (list, tuple) and type(got) is type(want):
+        return len(got) == len(want) and all(same(g, w, tol) for g, w in zip(got, want))
+    return type(got) is type(want) and got == want
 
 
 def _run_cpp(source, tests, time_limit_s, memory_mb, allow_weak_isolation) -> TestReport:

@@ -24,12 +24,16 @@ Running without uid and network isolation is refused unless ``allow_weak_isolati
 from __future__ import annotations
 
 import hashlib
+import math
 import os
+import select
 import selectors
 import shutil
 import signal
 import tempfile
 import time
+import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
@@ -45,8 +49,10 @@ from forge.code._jail import (
 )
 
 __all__ = [
+    "Channel",
     "CompiledProgram",
     "IsolationReport",
+    "RunEnded",
     "SandboxResult",
     "SandboxUnavailable",
     "compile_cpp",
@@ -65,6 +71,7 @@ MAX_OPEN_FILES = 64
 MAX_PROCESSES = 32
 STACK_BYTES = 64 * 1024 * 1024
 SCRATCH_TMPFS = "size=32m,nr_inodes=4096"
+INLINE_BYTES = 32 * 1024  # files up to this size travel inside the request to the fork server
 GXX = shutil.which("g++") or "/usr/bin/g++"
 CXX_FLAGS = ("-O2", "-std=c++17", "-pipe")
 
@@ -146,6 +153,7 @@ def run_python(
     allow_weak_isolation: bool = False,
     extra_files: dict[str, str] | None = None,
     trusted_main: bool = False,
+    dialogue: Callable[[Channel], None] | None = None,
 ) -> SandboxResult:
     """Run ``source`` as ``__main__`` in a confined process tree and report how it ended.
 
@@ -158,19 +166,32 @@ def run_python(
         max_output_bytes: cap per stream; exceeding it kills the run with status ``output_limit``.
         allow_weak_isolation: run even when the host gives no uid or network isolation.
         extra_files: more files (name -> text) put next to main.py in the scratch dir, read-only.
-        trusted_main: ``source`` is Forge's own code (the batch harness), so the fork server may compile it
+        trusted_main: ``source`` is Forge's own code (the candidate server), so the fork server may compile it
             once and reuse it; never set it for submitted code.
+        dialogue: run interactively: ``dialogue(channel)`` is called once the run has started and talks to it
+            line by line (:class:`Channel`); ``stdin`` is not used then. The run's deadline still holds.
     """
     jail = get_jail()
     _require(jail, allow_weak_isolation)
-    files = {"main.py": (source.encode("utf-8"), 0o644)}
+    files: dict[str, tuple[bytes | None, str, int]] = {"main.py": (source.encode("utf-8"), "", 0o644)}
     for name, text in (extra_files or {}).items():
         if "/" in name or name in files or name.startswith("."):
             raise ValueError(f"bad extra file name {name!r}")
-        files[name] = (text.encode("utf-8"), 0o644)
+        files[name] = (text.encode("utf-8"), "", 0o644)
     trusted = hashlib.sha256(files["main.py"][0]).hexdigest() if trusted_main else ""
     return _run(
-        jail, files, "python", "main.py", [], {}, timeout_s, memory_mb, stdin, max_output_bytes, trusted=trusted
+        jail,
+        files,
+        "python",
+        "main.py",
+        [],
+        {},
+        timeout_s,
+        memory_mb,
+        stdin,
+        max_output_bytes,
+        trusted=trusted,
+        dialogue=dialogue,
     )
 
 
@@ -193,7 +214,7 @@ def compile_cpp(
     ``compile_error`` with g++'s diagnostics in ``stderr``."""
     jail = get_jail()
     _require(jail, allow_weak_isolation)
-    files = {"main.cpp": (source.encode("utf-8"), 0o644)}
+    files: dict[str, tuple[bytes | None, str, int]] = {"main.cpp": (source.encode("utf-8"), "", 0o644)}
     argv = [GXX, *CXX_FLAGS, "-o", "prog", "main.cpp"]
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
     keep: dict[str, bytes] = {}
@@ -218,7 +239,7 @@ def run_compiled(
 ) -> SandboxResult:
     """Run a binary from :func:`compile_cpp` (its isolation was checked when it was compiled)."""
     jail = get_jail()
-    files = {"prog": (program.path.read_bytes(), 0o755)}
+    files: dict[str, tuple[bytes | None, str, int]] = {"prog": (None, str(program.path), 0o755)}
     return _run(jail, files, "exec", "", ["./prog"], {}, time_limit_s, memory_mb, stdin, max_output_bytes)
 
 
@@ -243,7 +264,7 @@ def _limits(timeout_s: float, memory_mb: int, root: bool) -> dict[str, tuple[int
 
 def _run(
     jail: Jail,
-    files: dict[str, tuple[bytes, int]],
+    files: dict[str, tuple[bytes | None, str, int]],
     mode: str,
     target: str,
     argv: list[str],
@@ -256,46 +277,78 @@ def _run(
     tmpfs: bool = True,
     collect: dict[str, bytes] | None = None,
     trusted: str = "",
+    dialogue: Callable[[Channel], None] | None = None,
 ) -> SandboxResult:
-    """One confined run of ``files`` in a fresh scratch dir; ``collect`` receives the files the run left there
-    (only meaningful with ``tmpfs=False``, where the scratch dir is the run's own on-disk directory)."""
+    """One confined run of ``files`` (name -> (content or None, or a path to copy it from, mode)).
+
+    With a PID namespace the run's scratch dir is a tmpfs of its own mount namespace, mounted on one shared
+    (empty, on the host) directory, so no per-run directory is made or removed on disk; the files travel in the
+    request (large ones as root-only staging files). Otherwise (and for the compiler, whose output is kept:
+    ``tmpfs=False``, ``collect`` receives the new files) the run gets a fresh on-disk directory."""
     report = jail.report
     root = report.running_as_root
     use_tmpfs = tmpfs and report.pid_namespace
     uid, lock_fd = lease_uid(jail) if root else (-1, -1)
-    scratch = Path(tempfile.mkdtemp(prefix="run-", dir=jail.scratch_base))
     limits = _limits(timeout_s, memory_mb, root)
     cgroup = make_run_cgroup(jail, MAX_PROCESSES, 2 * memory_mb * 1024 * 1024 + 64 * 1024 * 1024) if root else None
+    staged: list[Path] = []
+    scratch: Path | None = None
     try:
-        for name, (data, mode_bits) in files.items():
-            (scratch / name).write_bytes(data)
-            os.chmod(scratch / name, mode_bits)
-        stdin_file = scratch.parent / f".stdin-{scratch.name}"
-        stdin_file.write_text(stdin or "", encoding="utf-8")
-        if root:
-            os.chmod(scratch, 0o755 if use_tmpfs else 0o700)
-            if not use_tmpfs:  # the run writes into this very directory
-                os.chown(scratch, uid, uid)
-                for name in files:
+        spec: dict[str, list] = {}
+        if use_tmpfs:
+            cwd = jail.scratch_base / "work"
+            cwd.mkdir(mode=0o755, exist_ok=True)
+            for name, (data, src, mode_bits) in files.items():
+                if data is not None and len(data) <= INLINE_BYTES and (text := _utf8(data)) is not None:
+                    spec[name] = [text, "", mode_bits]
+                    continue
+                if data is not None:
+                    path = jail.scratch_base / f".stage-{uuid.uuid4().hex}"
+                    path.write_bytes(data)
+                    os.chmod(path, 0o600)
+                    staged.append(path)
+                    src = str(path)
+                spec[name] = [None, src, mode_bits]
+        else:
+            cwd = scratch = Path(tempfile.mkdtemp(prefix="run-", dir=jail.scratch_base))
+            for name, (data, src, mode_bits) in files.items():
+                (scratch / name).write_bytes(data if data is not None else Path(src).read_bytes())
+                os.chmod(scratch / name, mode_bits)
+                if root:
                     os.chown(scratch / name, uid, uid)
+            if root:
+                os.chown(scratch, uid, uid)
+                os.chmod(scratch, 0o700)
         args = {
             "uid": uid,
-            "cwd": str(scratch),
+            "cwd": str(cwd),
             "mode": mode,
-            "target": str(scratch / target) if target else "",
+            "target": str(cwd / target) if target else "",
             "pidns": report.pid_namespace,
             "tmpfs": SCRATCH_TMPFS if use_tmpfs else "",
+            "files": spec,
             "cgroups": cgroup.procs if cgroup else [],
             "limits": [[k, s, h] for k, (s, h) in limits.items()],
             "env": env,
             "argv": argv,
             "trusted_program": trusted,
         }
-        with open(stdin_file, "rb") as stdin_fh:
-            stdin_file.unlink()
-            stopped, out, err, rep, wall = _supervise(jail, args, stdin_fh.fileno(), timeout_s, max_output_bytes)
+        if dialogue is not None:
+            stdin_r, stdin_w = os.pipe()
+            try:
+                stopped, out, err, rep, wall = _supervise(
+                    jail, args, stdin_r, timeout_s, max_output_bytes, dialogue, stdin_w
+                )
+            finally:
+                os.close(stdin_r)
+        else:
+            stdin_file = jail.scratch_base / f".stdin-{uuid.uuid4().hex}"
+            stdin_file.write_text(stdin or "", encoding="utf-8")
+            with open(stdin_file, "rb") as stdin_fh:
+                stdin_file.unlink()
+                stopped, out, err, rep, wall = _supervise(jail, args, stdin_fh.fileno(), timeout_s, max_output_bytes)
         line = rep.decode().split()
-        if collect is not None:
+        if collect is not None and scratch is not None:
             for path in scratch.iterdir():
                 if path.is_file() and not path.is_symlink() and path.name not in files:
                     collect[path.name] = path.read_bytes()
@@ -309,12 +362,15 @@ def _run(
             oom = False
         if lock_fd >= 0:
             os.close(lock_fd)
-        shutil.rmtree(scratch, ignore_errors=True)
+        for path in staged:
+            path.unlink(missing_ok=True)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
     stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
     if len(line) == 3:
         wait_status, cpu_s, rss_mb = int(line[0]), float(line[1]), int(line[2]) / 1024
         exit_code = os.waitstatus_to_exitcode(wait_status)
-    else:  # init itself was killed (deadline, output cap) before it could report
+    else:  # killed (deadline, output cap) before the fork server could report
         cpu_s, rss_mb, exit_code = 0.0, 0.0, None
     status = stopped or _classify(exit_code, stderr, oom, cpu_s, limits["RLIMIT_CPU"][0], line)
     return SandboxResult(status, exit_code, stdout, stderr, wall, cpu_s, round(rss_mb, 2))
@@ -322,6 +378,13 @@ def _run(
 
 _MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc")
 _FILE_MARKERS = ("File too large", "No space left on device", "Disk quota exceeded", "Too many open files")
+
+
+def _utf8(data: bytes) -> str | None:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def _classify(exit_code: int, stderr: str, oom: bool, cpu_s: float, cpu_limit: int, line: list) -> Status:
@@ -342,9 +405,83 @@ def _classify(exit_code: int, stderr: str, oom: bool, cpu_s: float, cpu_limit: i
     return "runtime_error"
 
 
-def _supervise(jail: Jail, args: dict, stdin_fd: int, timeout_s: float, max_output_bytes: int):
-    """Start one run through the fork server and read its stdout, stderr and report pipe until all three close
-    (i.e. until init, and with it the run's PID namespace, is gone) or the deadline or output cap stops it."""
+class RunEnded(Exception):
+    """The run's process closed its answers (it exited, crashed or was killed) during a dialogue."""
+
+
+class Channel:
+    """Forge's end of an interactive run: requests are lines on the run's stdin, answers lines on its stdout.
+    Reading stderr (capped) goes on meanwhile, so neither side can block the other."""
+
+    def __init__(self, pid: int, stdin_w: int, out_r: int, err_r: int, err_buf: bytearray, cap: int) -> None:
+        self.pid, self.stdin_w, self.out_r, self.err_r = pid, stdin_w, out_r, err_r
+        self.err_buf, self.cap = err_buf, cap
+        self.pending = bytearray()
+        self.overflow = False
+        self.killed = False
+        self.clock = ((~pid) << 3) | 2  # the run's CPU clock (CPUCLOCK_SCHED of the process)
+        os.set_blocking(stdin_w, False)
+
+    def kill(self) -> None:
+        """End the run now (a test ran past its limit): its whole PID namespace goes."""
+        self.killed = True
+        _kill_run(self.pid)
+
+    def cpu_seconds(self) -> float:
+        """CPU time the run's process has used so far (read here: load elsewhere does not inflate it and the
+        code cannot touch it); NaN once it is gone."""
+        try:
+            return time.clock_gettime(self.clock)
+        except OSError:
+            return math.nan
+
+    def ask(self, line: bytes, deadline: float) -> bytes:
+        """Send one request (bytes as given: a line ending in a newline, maybe followed by a raw payload whose
+        length the line announces), return the next answer line (without the newline).
+
+        Raises TimeoutError past ``deadline`` (time.monotonic), RunEnded when the answers stop, OverflowError
+        when an answer or stderr exceeds the cap."""
+        todo = memoryview(line)
+        while True:
+            nl = self.pending.find(b"\n")
+            if nl >= 0 and not todo:
+                answer = bytes(self.pending[:nl])
+                del self.pending[: nl + 1]
+                return answer
+            if len(self.pending) > self.cap or len(self.err_buf) > self.cap:
+                self.overflow = True
+                raise OverflowError("answer or stderr over the output cap")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            readable, writable, _ = select.select([self.out_r, self.err_r], [self.stdin_w] if todo else [], [], left)
+            if writable:
+                try:
+                    todo = todo[os.write(self.stdin_w, todo) :]
+                except BrokenPipeError:
+                    raise RunEnded("the run stopped reading") from None
+            for fd in readable:
+                chunk = os.read(fd, 1 << 20)
+                if fd == self.err_r:
+                    self.err_buf += chunk
+                elif not chunk:
+                    raise RunEnded("the run's answers ended")
+                else:
+                    self.pending += chunk
+
+
+def _supervise(
+    jail: Jail,
+    args: dict,
+    stdin_fd: int,
+    timeout_s: float,
+    max_output_bytes: int,
+    dialogue: Callable[[Channel], None] | None = None,
+    stdin_w: int = -1,
+):
+    """Start one run through the fork server (after ``dialogue``, if any, is done with it) and read its stdout,
+    stderr and report pipe until all three close (i.e. until the run's process, and with it its PID namespace,
+    is gone) or the deadline or output cap stops it."""
     start = time.monotonic()
     deadline = start + timeout_s
     pipes = [os.pipe() for _ in range(3)]  # stdout, stderr, report
@@ -355,6 +492,21 @@ def _supervise(jail: Jail, args: dict, stdin_fd: int, timeout_s: float, max_outp
             os.close(w)
     bufs = {r: bytearray() for r, _ in pipes}
     stopped: Status | None = None
+    if dialogue is not None:
+        channel = Channel(pid, stdin_w, pipes[0][0], pipes[1][0], bufs[pipes[1][0]], max_output_bytes)
+        try:
+            dialogue(channel)
+        except BaseException:
+            _kill_run(pid)
+            for r, _ in pipes:
+                os.close(r)
+            raise
+        finally:
+            os.close(stdin_w)  # end of requests: the candidate server exits
+        if channel.overflow:
+            stopped = "output_limit"
+        elif channel.killed:
+            stopped = "timeout"
     killed_at: float | None = None
     with selectors.DefaultSelector() as sel:
         for r, _ in pipes:
@@ -388,14 +540,15 @@ def _supervise(jail: Jail, args: dict, stdin_fd: int, timeout_s: float, max_outp
     for r, _ in pipes:
         os.close(r)
     out, err, rep = (bytes(bufs[r]) for r, _ in pipes)
+    err = err[:max_output_bytes]
     if stopped is not None:
         rep = b""
     return stopped, out, err, rep, time.monotonic() - start
 
 
 def _kill_run(pid: int) -> None:
-    """boot and init share boot's process group and run as root, out of the code's reach: killing init ends its
-    PID namespace, i.e. every process the code started."""
+    """``pid`` is the run's init: a session leader running as root, out of the code's reach. Killing its process
+    group kills init, which ends its PID namespace, i.e. every process the code started."""
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
