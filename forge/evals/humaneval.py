@@ -2,7 +2,7 @@
 
 The package's own ``execution.py`` runs code in-process with a few monkey-patches; it is not a sandbox, so only
 its data file is used here: every completion runs on Forge's judge (``forge.code.runner``: the submission in a
-confined process, the problem's ``check`` in a separate checker that alone decides the verdict).
+confined process, the problem's ``check`` outside it, calling the submission's functions through a pipe).
 
     from forge.config import HumanEvalConfig
     from forge.evals.humaneval import load_problems, generate_completions, evaluate_completions
@@ -124,7 +124,7 @@ _STATUS = {"pass": "ok", "fail": "runtime_error", "died": "killed"}  # judge ver
 
 def check_completion(problem: Problem, code: str, cfg: HumanEvalConfig) -> ProblemResult:
     """Run ``code`` (a program from :func:`extract_code`) against the problem's tests on Forge's judge: the
-    submission in the sandbox's candidate process, ``check`` in its checker (forge/code/runner.py)."""
+    submission in the sandbox, ``check`` here with the submission's functions as proxies (forge/code/runner.py)."""
     start = time.monotonic()
     test = Test.check(f"{problem.test}\n\ncheck({problem.entry_point})\n")
     report = run_tests(

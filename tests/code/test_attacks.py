@@ -300,7 +300,7 @@ def add(a, b):
 
 
 def test_printing_the_expected_output_or_a_fake_verdict_does_not_pass():
-    # The candidate cannot see the checker's stdin (answers + nonce): it tries /proc, then forges verdict lines.
+    # The expected answers never enter the sandbox: the code tries /proc anyway, then prints fake verdict lines.
     source = """
 import os, glob
 stolen = []
