@@ -30,3 +30,29 @@ def test_pass_at_1_per_source_counts_exactly_the_right_answers():
         assert metrics[f"{source}_pass_at_1"] == pytest.approx(0.75), (source, report.table())
     assert metrics["code_pass_at_1"] == pytest.approx(0.75)
     assert {r["problem_id"] for r in report.table() if not r["solved"]} == firsts
+
+
+def test_the_real_generation_path_runs_the_suite(tokenizer):
+    """A (random, tiny) Llama behind TransformersBackend answers; the judge scores it (it solves nothing)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from forge.generation.transformers_backend import TransformersBackend
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    backend = TransformersBackend(LlamaForCausalLM(config), tokenizer, batch_size=4)
+    report = evaluate_code_suite(backend, CodeSuiteConfig(sources=["mbpp", "forge"], limit=2, max_new_tokens=8))
+    metrics = report.metrics()
+    assert metrics["code_n"] == 4.0 and metrics["code_pass_at_1"] == 0.0
+    assert {"mbpp_pass_at_1", "forge_pass_at_1"} <= set(metrics)
