@@ -23,8 +23,10 @@ def encode(x, depth=0):
         return {"$t": [encode(v, depth + 1) for v in x]}
     if t is set or t is frozenset:
         return {"$s": [encode(v, depth + 1) for v in x]}
-    if t is dict:
-        return {"$d": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in x.items()]}
+    if isinstance(x, dict):
+        # Counter, OrderedDict, defaultdict: their items cross as a plain dict (dict.items cannot be overridden
+        # to lie, and the decoded value is a plain dict, so no subclass method ever runs outside)
+        return {"$d": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in dict.items(x)]}
     if t is bytes:
         return {"$b": x.hex()}
     if t is complex:
