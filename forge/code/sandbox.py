@@ -423,6 +423,7 @@ class Channel:
         self.pending = bytearray()
         self.overflow = False
         self.killed = False
+        self.err_open = True
         self.clock = ((~pid) << 3) | 2  # the run's CPU clock (CPUCLOCK_SCHED of the process)
         os.set_blocking(stdin_w, False)
 
@@ -458,8 +459,16 @@ class Channel:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError
-            readable, writable, _ = select.select([self.out_r, self.err_r], [self.stdin_w] if todo else [], [], left)
-            if writable:
+            # poll, not select: a busy Forge process may hold more than FD_SETSIZE descriptors
+            poller = select.poll()
+            poller.register(self.out_r, select.POLLIN)
+            if self.err_open:
+                poller.register(self.err_r, select.POLLIN)
+            if todo:
+                poller.register(self.stdin_w, select.POLLOUT)
+            events = poller.poll(left * 1000)
+            readable = [fd for fd, ev in events if fd != self.stdin_w]
+            if any(fd == self.stdin_w for fd, _ in events):
                 try:
                     todo = todo[os.write(self.stdin_w, todo) :]
                 except BrokenPipeError:
@@ -468,6 +477,7 @@ class Channel:
                 chunk = os.read(fd, 1 << 20)
                 if fd == self.err_r:
                     self.err_buf += chunk
+                    self.err_open = bool(chunk)  # the code may close its stderr and go on
                 elif not chunk:
                     raise RunEnded("the run's answers ended")
                 else:
