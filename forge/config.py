@@ -264,6 +264,10 @@ class CodeDataConfig(Strict):
     known_good: int = Field(2, ge=0, description="'known' backend: reference answers in each problem's pool.")
     known_slow: int = Field(3, ge=0, description="'known' backend: correct but slower answers per pool.")
     known_broken: int = Field(3, ge=0, description="'known' backend: wrong answers per pool.")
+    complexity_judge_url: str | None = Field(
+        None, description="OpenAI-compatible endpoint (…/v1) of a complexity judge model; None = empirical judge."
+    )
+    complexity_judge_model: str = Field("default", description="Model name sent to the complexity judge endpoint.")
 
 
 class EvalConfig(Strict):

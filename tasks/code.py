@@ -52,6 +52,15 @@ def _backend(cfg: CodeDataConfig, problems, model_dir: str | None, n: int):
     return CandidatePoolBackend({p.prompt(): known_candidates(p, good, slow, broken) for p in problems})
 
 
+def _complexity_judge(cfg: CodeDataConfig):
+    """The judge model's backend when an endpoint is configured (the paper's instruct judge), else None."""
+    if not cfg.complexity_judge_url:
+        return None
+    from forge.generation import get_backend
+
+    return get_backend("openai", base_url=cfg.complexity_judge_url, model=cfg.complexity_judge_model)
+
+
 def _write_version(name: str, rows: list[dict], manifest: dict) -> str:
     from forge.atomic import atomic_open
     from forge.data.jsonl import write_jsonl
@@ -78,7 +87,14 @@ def code_sft_task(
     backend = _backend(cfg, problems, model_dir, cfg.n_candidates)
     tags = {**(lineage or {}), STAGE_TAG: "data/code-sft"}
     with start_stage_run("code-sft-data", parent_run_id=parent_run_id, tags=tags) as run:
-        result = sample_sft(backend, problems, cfg.n_candidates, cfg.temperature, cfg.max_new_tokens)
+        result = sample_sft(
+            backend,
+            problems,
+            cfg.n_candidates,
+            cfg.temperature,
+            cfg.max_new_tokens,
+            judge_backend=_complexity_judge(cfg),
+        )
         rates = result.pass_rates()
         log_histogram("code_sft_candidate_pass_rate", rates, "pass rate of a candidate")
         kept_per_problem = {p.id: 0 for p in problems}

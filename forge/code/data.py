@@ -58,9 +58,14 @@ def _sample(backend, problems: Sequence[Problem], n: int, temperature: float, ma
 
 
 def judge_candidates(
-    problems: Sequence[Problem], completions: dict[str, list[str]], measure_time: bool, workers: int | None = None
+    problems: Sequence[Problem],
+    completions: dict[str, list[str]],
+    measure_time: bool,
+    workers: int | None = None,
+    judge_backend=None,
 ) -> dict[str, list[Candidate]]:
-    """Correctness of every completion, and the measured class of the correct ones (``measure_time``)."""
+    """Correctness of every completion, and the class of the correct ones (``measure_time``): from the judge
+    model when ``judge_backend`` is given, else measured."""
     by_id = {p.id: p for p in problems}
     jobs = [(pid, c) for pid, texts in completions.items() for c in texts]
 
@@ -71,7 +76,7 @@ def judge_candidates(
         cls = ""
         if measure_time and verdict.all_passed and problem.generate is not None:
             program, lang, _ = build_program(problem, completion)
-            cls = judge_complexity(program, problem, lang=lang).complexity
+            cls = judge_complexity(program, problem, backend=judge_backend, lang=lang).complexity
         return Candidate(pid, completion, verdict.pass_rate, verdict.format_ok, cls)
 
     with ThreadPoolExecutor(max_workers=workers or default_workers()) as pool:
@@ -121,10 +126,11 @@ def sample_sft(
     temperature: float = 0.8,
     max_new_tokens: int = 512,
     seed: int = 0,
+    judge_backend=None,
 ) -> SFTResult:
     """SFT chat samples (user prompt, chosen assistant answer) from N candidates per problem."""
     completions = _sample(backend, problems, n_candidates, temperature, max_new_tokens, seed)
-    judged = judge_candidates(problems, completions, measure_time=True)
+    judged = judge_candidates(problems, completions, measure_time=True, judge_backend=judge_backend)
     samples = []
     for p in problems:
         for cand in select_time_optimal(p, judged[p.id]):
@@ -156,12 +162,13 @@ def filter_rl(
     temperature: float = 1.0,
     max_new_tokens: int = 512,
     seed: int = 0,
+    judge_backend=None,
 ) -> list[RLRow]:
     """One row per problem with its k of n; ``kept`` when k is within ``k_range`` (inclusive)."""
     if stage not in (1, 2):
         raise ValueError(f"code RL has stages 1 and 2, not {stage}")
     completions = _sample(backend, problems, n_rollouts, temperature, max_new_tokens, seed)
-    judged = judge_candidates(problems, completions, measure_time=stage == 2)
+    judged = judge_candidates(problems, completions, measure_time=stage == 2, judge_backend=judge_backend)
     rows = []
     for p in problems:
         cands = judged[p.id]

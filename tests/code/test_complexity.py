@@ -114,3 +114,17 @@ def test_parse_class(answer, expected):
 def test_time_reward(measured, reference, reward):
     assert time_reward(ComplexityVerdict(measured, 1.0, "empirical"), reference) == reward
     assert not math.isnan(reward)
+
+
+@needs_sandbox
+def test_model_judge_is_used_when_configured_and_falls_back_to_measuring():
+    from forge.code.candidates import CandidatePoolBackend
+    from forge.code.complexity import judge_complexity
+
+    problem = FORGE["forge/max_subarray"]
+    says_quadratic = CandidatePoolBackend({}, fallback="Two nested loops, so O(n^2).")
+    verdict = judge_complexity(problem.reference, problem, backend=says_quadratic)
+    assert (verdict.complexity, verdict.method) == ("O(n^2)", "model")
+    mute = CandidatePoolBackend({}, fallback="I am not sure.")
+    verdict = judge_complexity(problem.reference, problem, backend=mute, repeats=2)
+    assert verdict.method == "empirical" and verdict.complexity in CLASSES
