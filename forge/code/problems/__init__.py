@@ -112,9 +112,9 @@ class StdioSpec:
 
 def forge_problems(seed: int = 0) -> list[Problem]:
     """Forge's stdin/stdout problems (≥ 30, the paper's Appendix C pairs among them)."""
-    from forge.code.problems import classic, paper, scaling
+    from forge.code.problems import classic, paper, polynomial, scaling
 
-    return [spec.build(seed) for module in (paper, classic, scaling) for spec in module.SPECS]
+    return [spec.build(seed) for module in (paper, classic, polynomial, scaling) for spec in module.SPECS]
 
 
 def load_problems(sources: Sequence[str] = ("forge", "humaneval", "mbpp"), limit: int | None = None) -> list[Problem]:
