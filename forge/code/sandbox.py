@@ -50,6 +50,7 @@ from forge.code._jail import (
     kill_uid,
     lease_uid,
     make_run_cgroup,
+    release_uid,
 )
 
 __all__ = [
@@ -292,7 +293,7 @@ def _run(
     report = jail.report
     root = report.running_as_root
     use_tmpfs = tmpfs and report.pid_namespace
-    uid, lock_fd = lease_uid(jail) if root else (-1, -1)
+    uid = lease_uid(jail) if root else -1
     limits = _limits(timeout_s, memory_mb, root)
     cgroup = make_run_cgroup(jail, MAX_PROCESSES, 2 * memory_mb * 1024 * 1024 + 64 * 1024 * 1024) if root else None
     staged: list[Path] = []
@@ -364,8 +365,8 @@ def _run(
             cgroup.remove()
         else:
             oom = False
-        if lock_fd >= 0:
-            os.close(lock_fd)
+        if uid >= 0:
+            release_uid(jail, uid)
         for path in staged:
             path.unlink(missing_ok=True)
         if scratch is not None:
