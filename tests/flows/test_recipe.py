@@ -109,7 +109,7 @@ def test_resume_redoes_no_finished_stage(scenario):
 
 def test_second_run_trains_nothing(scenario):
     stages = scenario["third"]["stages"]
-    for name in TRAINING_STAGES + ("register-policy", "eval-humaneval"):
+    for name in TRAINING_STAGES + ("register-policy", "eval-humaneval", "eval-code"):
         assert stages[name]["state"] == "cached", (name, stages[name])
     assert scenario["third_s"] < scenario["second_s"]
 

@@ -1,0 +1,182 @@
+"""Code data from the judge (paper 2.3.2): SFT candidates filtered to correct and time-optimal ones, and RL
+problems filtered on-policy by difficulty.
+
+SFT: sample N candidates per problem; keep those that pass every test and whose measured class meets the
+reference's optimal class; when none meets it, keep those of the best class measured among the correct ones
+("time-optimal, or among the best complexity class"). Problems without an input generator (HumanEval, MBPP)
+keep every correct candidate.
+
+RL: n = 8 rollouts per problem; stage 1 counts rollouts that pass every test, stage 2 rollouts that pass and
+meet the complexity bound; keep problems with k in [1, 5].
+
+    from forge.code.data import sample_sft, filter_rl
+    sft = sample_sft(backend, problems, n_candidates=4)
+    rl = filter_rl(backend, problems, stage=1)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+
+from forge.code.complexity import RANK, judge_complexity
+from forge.code.judge import build_program, judge_correctness
+from forge.code.problems import Problem
+from forge.code.runner import default_workers
+from forge.data.schemas import ChatSample, Message
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    problem_id: str
+    completion: str
+    pass_rate: float
+    format_ok: bool
+    complexity: str = ""  # measured class of a fully correct candidate ("" when not measured)
+
+    @property
+    def correct(self) -> bool:
+        return self.pass_rate == 1.0
+
+
+def _sample(backend, problems: Sequence[Problem], n: int, temperature: float, max_new_tokens: int, seed: int):
+    """n completions per problem (one batched generate call per round)."""
+    out: dict[str, list[str]] = {p.id: [] for p in problems}
+    prompts = [[{"role": "user", "content": p.prompt()}] for p in problems]
+    for r in range(n):
+        texts = backend.generate(prompts, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+        if len(texts) != len(problems):
+            raise RuntimeError(f"backend returned {len(texts)} completions for {len(problems)} prompts")
+        for p, t in zip(problems, texts):
+            out[p.id].append(t)
+        log.info("sampled round %d/%d for %d problems", r + 1, n, len(problems))
+    return out
+
+
+def judge_candidates(
+    problems: Sequence[Problem],
+    completions: dict[str, list[str]],
+    measure_time: bool,
+    workers: int | None = None,
+    judge_backend=None,
+) -> dict[str, list[Candidate]]:
+    """Correctness of every completion, and the class of the correct ones (``measure_time``): from the judge
+    model when ``judge_backend`` is given, else measured."""
+    by_id = {p.id: p for p in problems}
+    jobs = [(pid, c) for pid, texts in completions.items() for c in texts]
+
+    def one(job) -> Candidate:
+        pid, completion = job
+        problem = by_id[pid]
+        verdict = judge_correctness(problem, completion)
+        cls = ""
+        if measure_time and verdict.all_passed and problem.generate is not None:
+            program, lang, _ = build_program(problem, completion)
+            cls = judge_complexity(program, problem, backend=judge_backend, lang=lang).complexity
+        return Candidate(pid, completion, verdict.pass_rate, verdict.format_ok, cls)
+
+    with ThreadPoolExecutor(max_workers=workers or default_workers()) as pool:
+        judged = list(pool.map(one, jobs))
+    out: dict[str, list[Candidate]] = {pid: [] for pid in completions}
+    for cand in judged:
+        out[cand.problem_id].append(cand)
+    return out
+
+
+def select_time_optimal(problem: Problem, candidates: Sequence[Candidate]) -> list[Candidate]:
+    """Correct candidates meeting the reference class, else those of the best class measured (deduplicated)."""
+    correct = [c for c in candidates if c.correct and c.format_ok]
+    if problem.generate is None or not problem.complexity:
+        chosen = correct
+    else:
+        measured = [c for c in correct if c.complexity in RANK]
+        meeting = [c for c in measured if RANK[c.complexity] <= RANK[problem.complexity]]
+        if meeting:
+            chosen = meeting
+        elif measured:
+            best = min(RANK[c.complexity] for c in measured)
+            chosen = [c for c in measured if RANK[c.complexity] == best]
+        else:
+            chosen = []
+    seen, unique = set(), []
+    for c in chosen:
+        if c.completion not in seen:
+            seen.add(c.completion)
+            unique.append(c)
+    return unique
+
+
+@dataclass
+class SFTResult:
+    samples: list[ChatSample]
+    candidates: dict[str, list[Candidate]] = field(repr=False)
+
+    def pass_rates(self) -> list[float]:
+        return [c.pass_rate for cands in self.candidates.values() for c in cands]
+
+
+def sample_sft(
+    backend,
+    problems: Sequence[Problem],
+    n_candidates: int = 4,
+    temperature: float = 0.8,
+    max_new_tokens: int = 512,
+    seed: int = 0,
+    judge_backend=None,
+) -> SFTResult:
+    """SFT chat samples (user prompt, chosen assistant answer) from N candidates per problem."""
+    completions = _sample(backend, problems, n_candidates, temperature, max_new_tokens, seed)
+    judged = judge_candidates(problems, completions, measure_time=True, judge_backend=judge_backend)
+    samples = []
+    for p in problems:
+        for cand in select_time_optimal(p, judged[p.id]):
+            messages = [Message(role="user", content=p.prompt()), Message(role="assistant", content=cand.completion)]
+            samples.append(ChatSample.build(domain="code", messages=messages, source=f"code-sft:{p.id}"))
+    return SFTResult(samples, judged)
+
+
+@dataclass(frozen=True)
+class RLRow:
+    problem_id: str
+    prompt: str
+    k: int  # rollouts meeting the stage's criterion
+    n: int
+    kept: bool
+    pass_rates: list[float]
+    complexity: str  # the reference's class (the bound stage 2 checks)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def filter_rl(
+    backend,
+    problems: Sequence[Problem],
+    stage: int = 1,
+    n_rollouts: int = 8,
+    k_range: tuple[int, int] = (1, 5),
+    temperature: float = 1.0,
+    max_new_tokens: int = 512,
+    seed: int = 0,
+    judge_backend=None,
+) -> list[RLRow]:
+    """One row per problem with its k of n; ``kept`` when k is within ``k_range`` (inclusive)."""
+    if stage not in (1, 2):
+        raise ValueError(f"code RL has stages 1 and 2, not {stage}")
+    completions = _sample(backend, problems, n_rollouts, temperature, max_new_tokens, seed)
+    judged = judge_candidates(problems, completions, measure_time=stage == 2, judge_backend=judge_backend)
+    rows = []
+    for p in problems:
+        cands = judged[p.id]
+        if stage == 1:
+            k = sum(c.correct for c in cands)
+        else:
+            bound = RANK.get(p.complexity)
+            k = sum(c.correct and bound is not None and RANK.get(c.complexity, 99) <= bound for c in cands)
+        kept = k_range[0] <= k <= k_range[1]
+        rows.append(RLRow(p.id, p.prompt(), k, len(cands), kept, [c.pass_rate for c in cands], p.complexity))
+    return rows

@@ -1,0 +1,129 @@
+"""Correctness judge (format check + pass rate) and the code RL rewards, table-driven.
+
+.venv/bin/pytest tests/code/test_judge.py -q
+"""
+
+import pytest
+
+from forge.code.judge import extract_code, fence, judge_correctness, parses
+from forge.code.problems import forge_problems
+from forge.code.problems.public import humaneval_problems
+from forge.code.rewards import completion_text, make_code_reward
+from forge.code.sandbox import isolation_report
+
+FORGE = {p.id: p for p in forge_problems()}
+HE = {p.id: p for p in humaneval_problems()}
+PROBLEMS = FORGE | HE
+needs_sandbox = pytest.mark.skipif(not isolation_report().strong, reason="the sandbox refuses on this host")
+
+MAXSUB = FORGE["forge/max_subarray"]
+KADANE = fence(MAXSUB.reference)
+BRUTE = fence(MAXSUB.labelled[1].source)  # correct, O(n^2): fails the time bound O(n)
+# Right on the examples and small tests only when all numbers are positive: partial pass rate.
+TOTAL = fence("import sys\nd = sys.stdin.read().split()\nprint(sum(map(int, d[1:])))")
+
+
+@pytest.mark.parametrize(
+    "completion, lang, code_start",
+    [
+        ("```python\nprint(1)\n```", "python", "print(1)"),  # a python block
+        ("text\n```cpp\nint main(){}\n```", "cpp", "int main"),  # a C++ block
+        ("```\nprint(2)\n```", "python", "print(2)"),  # a bare fence defaults to python
+        ("```python\nprint(3)", "python", "print(3)"),  # cut off by the length limit: runs to the end
+        ("```json\n{}\n```\n```py\nprint(4)\n```", "python", "print(4)"),  # unknown languages are skipped
+    ],
+)
+def test_extract_code(completion, lang, code_start):
+    found = extract_code(completion)
+    assert found.lang == lang and found.code.startswith(code_start)
+
+
+@pytest.mark.parametrize(
+    "code, lang, ok",
+    [
+        ("print(1)\n", "python", True),  # parses
+        ("def f(:\n", "python", False),  # syntax error
+        ("   \n", "python", False),  # empty
+        ("int main() { return 0; }", "cpp", True),  # has main
+        ("int helper() { return 0; }", "cpp", False),  # no main
+    ],
+)
+def test_parses(code, lang, ok):
+    assert parses(code, lang) is ok
+
+
+@needs_sandbox
+@pytest.mark.parametrize(
+    "completion, format_ok, pass_rate",
+    [
+        (KADANE, True, 1.0),  # the reference, fenced
+        (MAXSUB.reference, False, 1.0),  # right code, no fence: runs, but the format check fails
+        ("```python\nprint(\n```", False, 0.0),  # does not parse
+        ("I don't know.", False, 0.0),  # prose only
+    ],
+)
+def test_correctness_verdicts(completion, format_ok, pass_rate):
+    verdict = judge_correctness(MAXSUB, completion)
+    assert (verdict.format_ok, verdict.pass_rate) == (format_ok, pass_rate)
+
+
+@needs_sandbox
+def test_partial_pass_rate_and_cpp():
+    verdict = judge_correctness(MAXSUB, TOTAL)
+    assert 0.0 < verdict.pass_rate < 1.0 and verdict.format_ok
+    cpp = """```cpp
+#include <iostream>
+int main(){ long long n, x, best = -(1LL<<60), cur = 0; std::cin >> n;
+  for (int i = 0; i < n; i++) { std::cin >> x; cur = cur < 0 ? x : cur + x; if (cur > best) best = cur; }
+  std::cout << best << "\\n"; }
+```"""
+    verdict = judge_correctness(MAXSUB, cpp)
+    assert (verdict.lang, verdict.pass_rate, verdict.format_ok) == ("cpp", 1.0, True)
+
+
+@needs_sandbox
+def test_humaneval_body_continuation_and_full_function():
+    p = HE["HumanEval/0"]
+    assert judge_correctness(p, p.reference[len(p.prefix) :]).pass_rate == 1.0  # the body alone
+    assert judge_correctness(p, fence(p.reference)).all_passed
+
+
+def test_completion_text_accepts_both_forms():
+    assert completion_text("abc") == "abc"
+    assert completion_text([{"role": "assistant", "content": "xyz"}]) == "xyz"
+
+
+@needs_sandbox
+@pytest.mark.parametrize(
+    "stage, completion, expected",
+    [
+        (1, "no code at all", 0.0),  # nothing extractable: no format, nothing passes
+        (1, "```python\nprint(\n```", 0.0),  # a block that does not parse
+        (1, KADANE, 1.2),  # format 0.2 + pass rate 1
+        (1, BRUTE, 1.2),  # stage 1 does not look at time
+        (2, KADANE, 2.2),  # format + correctness + R_time 1 (meets O(n))
+        (2, BRUTE, 1.2),  # all pass but O(n^2), two classes above O(n): R_time 0
+        (2, "```python\nprint(0)\n```", 0.2),  # parses, passes nothing: format only
+    ],
+)
+def test_code_rewards(stage, completion, expected):
+    reward = make_code_reward(stage, problems=PROBLEMS)
+    assert reward.__name__ == f"code_reward_stage{stage}"
+    conversational = [[{"role": "assistant", "content": completion}]]
+    (value,) = reward(prompts=["p"], completions=conversational, problem_id=[MAXSUB.id])
+    assert value == pytest.approx(expected)
+
+
+@needs_sandbox
+def test_time_reward_only_when_every_test_passes():
+    reward = make_code_reward(2, problems=PROBLEMS)
+    (partial,) = reward(prompts=["p"], completions=[TOTAL], problem_id=[MAXSUB.id])
+    assert 0.2 < partial < 1.2  # format + a fraction, no R_time even though summing is O(n)
+
+
+def test_rewards_refuse_without_problem_ids():
+    reward = make_code_reward(1, problems=PROBLEMS)
+    with pytest.raises(ValueError, match="problem_id"):
+        reward(prompts=["p"], completions=["x"])
+    with pytest.raises(KeyError, match="unknown problem ids"):
+        reward(prompts=["p"], completions=["x"], problem_id=["nope"])
