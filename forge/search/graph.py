@@ -121,6 +121,16 @@ class SearchGraph:
     def description(self, mid: str) -> str | None:
         return self.kg.descriptions.get(mid)
 
+    def with_description(self, description: str) -> list[str]:
+        """Entities whose Wikidata description is exactly ``description``."""
+        if not hasattr(self, "_by_description"):
+            index: dict[str, list[str]] = defaultdict(list)
+            for m in self.titles:
+                if m in self.kg.descriptions:
+                    index[self.kg.descriptions[m]].append(m)
+            self._by_description = dict(index)
+        return self._by_description.get(description, [])
+
     def resolve(self, title: str) -> str | None:
         """The entity whose page title is ``title`` (case-insensitive), or None."""
         return self.mid_of_title.get(" ".join(title.split()).casefold())

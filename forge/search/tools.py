@@ -22,7 +22,6 @@ import logging
 import re
 import shutil
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -167,7 +166,7 @@ class SearchTools:
         hits = self.search_pages(query, k)
         if not hits:
             return f"No results for {query!r}."
-        return "\n".join(f"[{i}] {p.title}: {_snippet(p.summary)}" for i, p in enumerate(hits, start=1))
+        return "\n".join(f"[{i}] {p.title}\n    {_snippet(p.summary)}" for i, p in enumerate(hits, start=1))
 
     def visit(self, page: str, goal: str | None = None) -> str:
         mid = self.graph.resolve(page)
@@ -224,6 +223,17 @@ def focus(page: Page, goal: str) -> str:
 def _snippet(text: str, n: int = 200) -> str:
     text = " ".join(text.split())
     return text if len(text) <= n else text[:n].rsplit(" ", 1)[0] + " …"
+
+
+def parse_results(observation: str) -> list[tuple[str, str]]:
+    """(title, snippet) pairs from a ``search`` observation."""
+    out: list[tuple[str, str]] = []
+    for line in observation.splitlines():
+        if re.match(r"^\[\d+\] ", line):
+            out.append((line.split("] ", 1)[1], ""))
+        elif line.startswith("    ") and out:
+            out[-1] = (out[-1][0], line.strip())
+    return out
 
 
 def dumps_call(name: str, arguments: dict) -> str:
