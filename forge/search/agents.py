@@ -23,7 +23,7 @@ from typing import Any
 
 from forge.data.corpora import DATE_ATTRS
 from forge.data.schemas import Message, SearchQA, ToolCall
-from forge.search.tools import SPECS_BY_NAME, SearchTools, parse_results
+from forge.search.tools import SPECS_BY_NAME, SearchTools, dumps_call, parse_results
 from forge.search.trajectory import SearchTrajectory, normalize_answer
 from forge.search.walks import Condition
 
@@ -38,14 +38,21 @@ class Episode:
         self.tools = tools
         self.messages = [Message(role="user", content=question)]
         self.bad: list[int] = []
+        self.memory: dict[str, str] = {}
         self.calls = 0
 
     def act(self, reasoning: str, name: str, arguments: dict, bad: bool = False) -> str:
+        """Call a tool (one assistant turn + one tool turn). A call made before is answered from memory, with
+        no new turn, unless it is meant to be bad (a scripted redundant call)."""
+        key = dumps_call(name, arguments)
+        if not bad and key in self.memory:
+            return self.memory[key]
         if bad:
             self.bad.append(len(self.messages))
         self.messages.append(Message(role="assistant", reasoning=reasoning,
                                      tool_calls=[ToolCall(name=name, arguments=arguments)]))
         observation = self.tools.call(name, arguments)
+        self.memory.setdefault(key, observation)
         self.messages.append(Message(role="tool", name=name, content=observation))
         self.calls += 1
         return observation
@@ -127,12 +134,13 @@ class PlannerAgent:
             return title
         cond = Condition(**spec["head_condition"])
         years = " ".join(str(y) for y in range(cond.low, cond.high + 1)) if cond.date_attr else ""
+        checked: set[str] = set()
         for query, k in ((f"{cond.description} {years}".strip(), 10), (cond.description, 20)):
             obs = ep.act(f"The question starts from an entity described as {cond.phrase()}; I will search for "
                          "that description" + (" and those years." if years in query else "."), "search",
                          {"query": query, "k": k})
             matches = [t for t, snip in parse_results(obs) if f" {cond.description}." in snip]
-            found = self.pick(ep, matches, cond, "description")
+            found = self.pick(ep, matches, cond, "description", checked)
             if found is not None:
                 return found
         return None
@@ -145,9 +153,13 @@ class PlannerAgent:
             rest = rest.removeprefix(f"the {hop['label']}{cond} of ")
         return rest
 
-    def pick(self, ep: Episode, candidates: list[str], cond: Condition, label: str) -> str | None:
-        """The first candidate satisfying ``cond``: visit it, check the description, check the year with python."""
-        for cand in candidates[: self.max_candidates]:
+    def pick(self, ep: Episode, candidates: list[str], cond: Condition, label: str,
+             checked: set[str] | None = None) -> str | None:
+        """The first candidate satisfying ``cond``: visit it, check the description, check the year with python.
+        Candidates in ``checked`` were already ruled out and are not visited again."""
+        checked = set() if checked is None else checked
+        for cand in [c for c in candidates if c not in checked][: self.max_candidates]:
+            checked.add(cand)
             goal = DATE_ATTRS[cond.date_attr] if cond.date_attr else "description"
             page = ep.act(f"Several entities fit the {label}; I will check whether \"{cand}\" is {cond.phrase()}.",
                           "visit", {"page": cand, "goal": goal})
