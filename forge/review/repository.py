@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event, select
+from sqlalchemy import Engine, create_engine, event, func, select
 from sqlalchemy.orm import Session
 
 from forge.review.models import AuditEvent, Base, Reviewer, TrajectoryRecord, TurnRecord, Verdict, utcnow
@@ -50,7 +50,7 @@ def open_store(url: str | None = None, home: Path | None = None, *, schema: str 
 
 def _sqlite_pragmas(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn, _record):  # noqa: ANN001 - DB-API objects
+    def _on_connect(dbapi_conn, _record):
         dbapi_conn.isolation_level = None  # let SQLAlchemy's BEGIN below be the only one
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
@@ -59,7 +59,7 @@ def _sqlite_pragmas(engine: Engine) -> None:
         cur.close()
 
     @event.listens_for(engine, "begin")
-    def _on_begin(conn):  # noqa: ANN001
+    def _on_begin(conn):
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
@@ -175,3 +175,11 @@ def reviewed_trajectory(session: Session, trajectory_id: str) -> SearchTrajector
         raise KeyError(f"no trajectory {trajectory_id}")
     traj = SearchTrajectory.model_validate(record.payload)
     return traj.model_copy(update={"verdicts": effective_verdicts(session, trajectory_id)})
+
+
+def review_digest(session: Session) -> str:
+    """Changes whenever a verdict is added or edited: the cache key that makes filtering re-read the reviews."""
+    count, versions, latest = session.execute(
+        select(func.count(Verdict.id), func.coalesce(func.sum(Verdict.version), 0), func.max(Verdict.updated_at))
+    ).one()
+    return f"{count}:{versions}:{latest}"

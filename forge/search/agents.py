@@ -88,6 +88,7 @@ class PlannerAgent:
 
     name = "planner"
     max_candidates = 150
+    python_batch = 6
 
     def run(self, qa: SearchQA, tools: SearchTools, rng: random.Random | None = None) -> SearchTrajectory:
         ep = Episode(tools, qa.question)
@@ -155,27 +156,43 @@ class PlannerAgent:
 
     def pick(self, ep: Episode, candidates: list[str], cond: Condition, label: str,
              checked: set[str] | None = None) -> str | None:
-        """The first candidate satisfying ``cond``: visit it, check the description, check the year with python.
-        Candidates in ``checked`` were already ruled out and are not visited again."""
+        """The first candidate satisfying ``cond``: visit candidates, keep those with the description, and test
+        the years of up to ``python_batch`` of them at once with python. Candidates in ``checked`` were already
+        ruled out and are not visited again."""
         checked = set() if checked is None else checked
-        for cand in [c for c in candidates if c not in checked][: self.max_candidates]:
+        dated: dict[str, int] = {}
+        todo = [c for c in candidates if c not in checked][: self.max_candidates]
+        for n, cand in enumerate(todo):
             checked.add(cand)
             goal = DATE_ATTRS[cond.date_attr] if cond.date_attr else "description"
             page = ep.act(f"Several entities fit the {label}; I will check whether \"{cand}\" is {cond.phrase()}.",
                           "visit", {"page": cand, "goal": goal})
             if cond.description and page.splitlines()[1:2] != [_describe_line(cand, cond.description)]:
                 continue
-            if cond.date_attr:
-                year = year_on_page(page, cand, cond.date_attr)
-                if year is None:
-                    continue
-                out = ep.act(f"\"{cand}\": {DATE_ATTRS[cond.date_attr]} {year}. I will check the range "
-                             f"{cond.low}-{cond.high}.", "python",
-                             {"code": f"year = {year}  # {cand}\nprint({cond.low} <= year <= {cond.high})"})
-                if out.strip() != "True":
-                    continue
-            return cand
+            if not cond.date_attr:
+                return cand
+            year = year_on_page(page, cand, cond.date_attr)
+            if year is not None:
+                dated[cand] = year
+            if dated and (len(dated) >= self.python_batch or n == len(todo) - 1):
+                found = self.check_years(ep, dated, cond)
+                if found:
+                    return found
+                dated = {}
         return None
+
+    def check_years(self, ep: Episode, dated: dict[str, int], cond: Condition) -> str | None:
+        listing = ", ".join(f"{c!r}: {y}" for c, y in dated.items())
+        out = ep.act(f"I have the years of {len(dated)} candidates; I will test which is in {cond.low}-{cond.high}.",
+                     "python", {"code": f"years = {{{listing}}}\n"
+                                        f"print([name for name, y in years.items() if {cond.low} <= y <= {cond.high}])"})
+        try:
+            import ast
+
+            hits = ast.literal_eval(out.strip())
+        except (ValueError, SyntaxError):
+            return None
+        return hits[0] if isinstance(hits, list) and hits and hits[0] in dated else None
 
 
 def _describe_line(title: str, description: str) -> str:

@@ -103,6 +103,7 @@ class SearchTools:
     dense: bool = False
     _by_mid: dict[str, Page] = field(default_factory=dict)
     _encoder: Any = None
+    _python_memo: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def load(cls, ws: Workspace | None = None, *, dense: bool = False) -> SearchTools:
@@ -181,6 +182,16 @@ class SearchTools:
         return text if len(text) <= VISIT_CHARS else text[:VISIT_CHARS].rsplit("\n", 1)[0] + "\n(… page truncated: visit with a goal)"
 
     def python(self, code: str) -> str:
+        """Run ``code`` in the sandbox. Same code, same answer: the output is remembered (the agents of one QA
+        check the same years), except for timeouts, which depend on the machine's load."""
+        if code in self._python_memo:
+            return self._python_memo[code]
+        out = self._run_python(code)
+        if not out.startswith("Error (timeout)"):
+            self._python_memo[code] = out
+        return out
+
+    def _run_python(self, code: str) -> str:
         from forge.code.sandbox import run_python
 
         result = run_python(code, timeout_s=PYTHON_TIMEOUT_S, memory_mb=PYTHON_MEMORY_MB)

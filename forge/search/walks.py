@@ -245,15 +245,18 @@ def rewrite_question(backend: Any, question: str) -> str | None:
 
 
 def synthesize_qas(g: SearchGraph, heads: list[str], n: int, *, min_hops: int, max_hops: int,
-                   params: WalkParams) -> list[SearchQA]:
+                   params: WalkParams, max_passes: int = 3) -> list[SearchQA]:
     """Up to ``n`` QAs, one walk per head in the given order (each head's walk seeded by the head itself, so a
     shard of heads gives the same QAs whichever process runs it). Non-unique answers are dropped."""
     categorical = categorical_relations(g)
     out: list[SearchQA] = []
-    for head in heads:
+    seen: set[str] = set()
+    # Pass 0 walks once from every head; when heads are scarce (a narrow recency window), later passes walk
+    # again from the same heads with another seed.
+    for attempt, head in ((a, h) for a in range(max_passes) for h in heads):
         if len(out) >= n:
             break
-        rng = random.Random(f"{params.seed}:{head}")
+        rng = random.Random(f"{params.seed}:{head}" + (f":{attempt}" if attempt else ""))
         hops = rng.randint(min_hops, max_hops)
         p = WalkParams(hops=hops, max_hub_degree=params.max_hub_degree,
                        obfuscate_head_prob=params.obfuscate_head_prob, seed=params.seed)
@@ -261,6 +264,7 @@ def synthesize_qas(g: SearchGraph, heads: list[str], n: int, *, min_hops: int, m
         if walk is None:
             continue
         qa = walk_to_qa(g, walk)
-        if answer_set(g, qa.walk) == {walk.answer}:
+        if qa.id not in seen and answer_set(g, qa.walk) == {walk.answer}:
+            seen.add(qa.id)
             out.append(qa)
     return out

@@ -82,7 +82,7 @@ def test_human_verdict_overrides_critic_and_reaches_the_sft_mask(engine):
         s.commit()
     with Session(engine) as s:
         pending = list_pending(s, "alice")
-        assert [t.message_index for t in pending][0] == 3  # the critic's failure comes first
+        assert pending[0].message_index == 3  # the critic's failure comes first
         assert len(pending) == 3
         critic = effective_verdicts(s, traj.id)
         assert [v.passed for v in critic] == [True, False, True] and {v.judge for v in critic} == {"rule"}
