@@ -45,7 +45,9 @@ def visit_cmd(title: str, goal: str = typer.Option(None, help="Only the lines re
 @synth_app.command("search")
 def synth_search(n: int = typer.Option(200, "--n", help="QA pairs to synthesize."),
                  profile: str = typer.Option("tiny", help="Profile whose deep_search settings apply."),
-                 shards: int = typer.Option(None, help="Head-entity shards (default: the profile's).")) -> None:
+                 shards: int = typer.Option(None, help="Head-entity shards (default: the profile's)."),
+                 agents: str = typer.Option(None, help="Comma-separated scripted agents (default: the profile's).")
+                 ) -> None:
     """Deep-search QAs with gold paths, agent trajectories with critic verdicts, review store, SFT pools."""
     ws = configure_environment()
     import logging
@@ -55,7 +57,12 @@ def synth_search(n: int = typer.Option(200, "--n", help="QA pairs to synthesize.
     from forge.search.synthesize import synthesize_all
 
     cfg = load_profile(profile).deep_search
-    cfg = cfg.model_copy(update={"num_questions": n, **({"num_shards": shards} if shards else {})})
+    update: dict = {"num_questions": n}
+    if shards:
+        update["num_shards"] = shards
+    if agents:
+        update["agents"] = [a.strip() for a in agents.split(",") if a.strip()]
+    cfg = type(cfg).model_validate({**cfg.model_dump(), **update})  # validated: a typo in --agents is refused
     out = synthesize_all(ws, cfg)
     console.print_json(json.dumps(out))
     if out["stats"]["qas"] < n:
