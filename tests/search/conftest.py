@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from forge.search.agents import PlannerAgent
 from forge.search.heads import select_heads
 from forge.search.tools import SearchTools
 from forge.search.walks import WalkParams, synthesize_qas
@@ -28,3 +29,9 @@ def qas(graph):
     heads = list(sel.heads)
     random.Random("tests:heads").shuffle(heads)
     return synthesize_qas(graph, heads, 200, min_hops=2, max_hops=5, params=WalkParams(seed=7))
+
+
+@pytest.fixture(scope="session")
+def planner_runs(qas, tools):
+    """The planner on every QA: (trajectory, qa) pairs."""
+    return [(PlannerAgent().run(qa, tools), qa) for qa in qas]

@@ -8,14 +8,14 @@ import random
 
 import pytest
 
-from forge.search.agents import NoisyAgent, PlannerAgent
+from forge.search.agents import NoisyAgent
 from forge.search.critic import FAULTS, critic_scores, inject_fault, judge_trajectory, llm_judge, natural_scores
 from forge.search.trajectory import FAIL_REWARD, PASS_REWARD, to_chat_sample, turn_rewards
 
 
 @pytest.fixture(scope="module")
-def clean(qas, tools):
-    return [(PlannerAgent().run(qa, tools), qa) for qa in qas[:80]]
+def clean(planner_runs):
+    return planner_runs[:80]
 
 
 def test_critic_recall_and_false_flags(clean, tools):

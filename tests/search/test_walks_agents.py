@@ -7,14 +7,9 @@ import random
 import pytest
 
 from forge.data.schemas import SearchQA
-from forge.search.agents import GreedyAgent, NoisyAgent, PlannerAgent
+from forge.search.agents import GreedyAgent, NoisyAgent
 from forge.search.heads import categorical_relations
 from forge.search.walks import WalkParams, answer_set, sample_walk, walk_to_qa
-
-
-@pytest.fixture(scope="module")
-def planner_runs(qas, tools):
-    return [(PlannerAgent().run(qa, tools), qa) for qa in qas]
 
 
 def test_every_qa_has_a_unique_answer_in_the_graph(qas, graph):
