@@ -208,6 +208,9 @@ class DeepSearchConfig(Strict):
     use_embeddings: bool = Field(False, description="Add the MiniLM prototype test to the semantic entity filter.")
     dense_rerank: bool = Field(False, description="Re-rank BM25 hits with the bundled all-MiniLM-L6-v2.")
     review_db_url: str | None = Field(None, description="Review store URL; None = SQLite under the home.")
+    teacher_base_url: str | None = Field(
+        None, description="OpenAI-compatible teacher: LLM entity filter, question rewrite and turn critic when set.")
+    teacher_model: str = Field("default", description="Model name sent to the teacher endpoint.")
     seed: int = 0
 
     @model_validator(mode="after")

@@ -152,6 +152,8 @@ class PlannerAgent:
         for hop in reversed(spec["hops"]):
             cond = f" ({Condition(**hop['condition']).phrase()})" if hop.get("condition") else ""
             rest = rest.removeprefix(f"the {hop['label']}{cond} of ")
+        if ep.tools.graph.resolve(rest) is None:  # not a template question (an LLM rewrote it): the named head
+            rest = ep.tools.graph.title(spec["head"])
         return rest
 
     def pick(self, ep: Episode, candidates: list[str], cond: Condition, label: str,

@@ -27,11 +27,11 @@ from forge.config import DeepSearchConfig
 from forge.data.jsonl import read_jsonl, write_jsonl
 from forge.data.schemas import ChatSample, SearchQA
 from forge.search.agents import SCRIPTED_AGENTS
-from forge.search.critic import judge_trajectory
+from forge.search.critic import judge_trajectory, llm_judge
 from forge.search.heads import select_heads
 from forge.search.tools import SearchTools
-from forge.search.trajectory import SearchTrajectory, to_chat_sample
-from forge.search.walks import WalkParams, synthesize_qas
+from forge.search.trajectory import SearchTrajectory, TurnVerdict, to_chat_sample
+from forge.search.walks import WalkParams, rewrite_question, synthesize_qas
 from forge.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -42,24 +42,58 @@ def search_dir(ws: Workspace) -> Path:
     return ws.data / "search"
 
 
+def teacher(cfg: DeepSearchConfig) -> Any:
+    """The teacher backend when ``cfg.teacher_base_url`` is set (LLM filter, rewrite, critic), else None."""
+    if not cfg.teacher_base_url:
+        return None
+    from forge.generation import get_backend
+
+    return get_backend("openai", base_url=cfg.teacher_base_url, model=cfg.teacher_model)
+
+
 def shard_heads(tools: SearchTools, cfg: DeepSearchConfig) -> list[list[str]]:
     """Recent, specific head entities in a seeded order, dealt round-robin into ``cfg.num_shards`` shards."""
     sel = select_heads(tools.graph, reference_year=cfg.reference_year, window_days=cfg.recency_window_days,
                        min_degree=cfg.min_head_degree, max_degree=cfg.max_hub_degree,
-                       use_embeddings=cfg.use_embeddings)
+                       use_embeddings=cfg.use_embeddings, backend=teacher(cfg))
     heads = list(sel.heads)
     random.Random(f"{cfg.seed}:heads").shuffle(heads)
     return [heads[i :: cfg.num_shards] for i in range(cfg.num_shards)]
 
 
-def run_agents(qas: list[SearchQA], tools: SearchTools, agents: list[str]) -> list[SearchTrajectory]:
-    """Every scripted agent on every QA; each trajectory carries the rule critic's verdicts."""
-    by_id = {qa.id: qa for qa in qas}
+def run_agents(qas: list[SearchQA], tools: SearchTools, agents: list[str], backend: Any = None
+               ) -> list[SearchTrajectory]:
+    """Every scripted agent on every QA; each trajectory carries the critic's verdicts (rule-based; with a
+    teacher ``backend`` a turn passes only if the rules and the LLM critic both pass it)."""
     out = []
     for qa in qas:
         for name in agents:
             traj = SCRIPTED_AGENTS[name]().run(qa, tools)
-            out.append(traj.model_copy(update={"verdicts": judge_trajectory(traj, by_id[qa.id], tools.graph)}))
+            verdicts = judge_trajectory(traj, qa, tools.graph)
+            if backend is not None:
+                verdicts = combine_verdicts(verdicts, llm_judge(backend, traj, qa))
+            out.append(traj.model_copy(update={"verdicts": verdicts}))
+    return out
+
+
+def combine_verdicts(rule: list[TurnVerdict], llm: list[TurnVerdict]) -> list[TurnVerdict]:
+    by_index = {v.message_index: v for v in llm}
+    out = []
+    for v in rule:
+        other = by_index.get(v.message_index)
+        if other is None or other.passed or not v.passed:
+            out.append(v)
+        else:
+            out.append(other)  # the rules passed it, the LLM did not: the LLM's verdict and reasons stand
+    return out
+
+
+def rewrite_questions(qas: list[SearchQA], backend: Any) -> list[SearchQA]:
+    """LLM obfuscation of the template questions; a rewrite that drops a year keeps the template."""
+    out = []
+    for qa in qas:
+        text = rewrite_question(backend, qa.question)
+        out.append(qa if text is None else SearchQA.build(**{**qa.model_dump(exclude={"id"}), "question": text}))
     return out
 
 
@@ -72,8 +106,11 @@ def synthesize_shard(ws: Workspace, cfg: DeepSearchConfig, shard: int) -> dict[s
     qas = synthesize_qas(tools.graph, heads, quota, min_hops=cfg.walk_length_min, max_hops=cfg.walk_length_max,
                          params=WalkParams(max_hub_degree=cfg.max_hub_degree,
                                            obfuscate_head_prob=cfg.obfuscate_head_prob, seed=cfg.seed))
+    backend = teacher(cfg)
+    if backend is not None:
+        qas = rewrite_questions(qas, backend)
     qa_seconds = time.time() - started
-    trajs = run_agents(qas, tools, list(cfg.agents))
+    trajs = run_agents(qas, tools, list(cfg.agents), backend)
     base = search_dir(ws) / "shards" / f"shard-{shard:04d}"
     write_jsonl(base.with_suffix(".qa.jsonl"), qas)
     write_jsonl(base.with_suffix(".traj.jsonl"), trajs)

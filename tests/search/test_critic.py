@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import pytest
 
@@ -75,3 +76,19 @@ def test_llm_critic_parses_verdicts_and_fails_unparseable_replies(clean):
     assert len(verdicts) == len(traj.assistant_indices()) and all(v.judge == "llm" for v in verdicts)
     assert verdicts[0].logical and not verdicts[0].info_gain and verdicts[0].reasons == ["nothing new"]
     assert not verdicts[1].passed and verdicts[1].reasons == ["unparseable critic reply"]
+
+
+def test_teacher_rewrites_questions_and_vetoes_turns(qas, tools):
+    from forge.search.synthesize import rewrite_questions, run_agents
+
+    qa = next(q for q in qas if q.walk["head_condition"])  # has a year range
+    years = re.findall(r"\b\d{4}\b", qa.question)
+    kept = rewrite_questions([qa], _ScriptedTeacher(["A question without its years?"]))[0]
+    assert kept == qa  # a rewrite that loses a year is refused
+    fluent = f"Which entity do you reach from the one {years[0]}-{years[-1]} … ({' '.join(years)})?"
+    rewritten = rewrite_questions([qa], _ScriptedTeacher([fluent]))[0]
+    assert rewritten.question == fluent and rewritten.id != qa.id and rewritten.walk == qa.walk
+    veto = json.dumps({"logical": False, "tool_call": True, "info_gain": True, "reason": "non sequitur"})
+    [traj] = run_agents([rewritten], tools, ["planner"], backend=_ScriptedTeacher([veto]))
+    assert traj.correct  # the planner still follows the constraints of a rewritten question
+    assert all(not v.passed and v.judge == "llm" for v in traj.verdicts)
