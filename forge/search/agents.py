@@ -88,6 +88,7 @@ class PlannerAgent:
 
     name = "planner"
     max_candidates = 150
+    narrow_above = 12
     python_batch = 6
 
     def run(self, qa: SearchQA, tools: SearchTools, rng: random.Random | None = None) -> SearchTrajectory:
@@ -136,7 +137,10 @@ class PlannerAgent:
         cond = Condition(**spec["head_condition"])
         years = " ".join(str(y) for y in range(cond.low, cond.high + 1)) if cond.date_attr else ""
         checked: set[str] = set()
-        for query, k in ((f"{cond.description} {years}".strip(), 10), (cond.description, 20)):
+        queries = [(f"{cond.description} {years}".strip(), 10), (cond.description, 20)]
+        if cond.date_attr:  # then one year at a time, as a person paging through results would
+            queries += [(f"{cond.description} {y}", 10) for y in range(cond.low, cond.high + 1)]
+        for query, k in queries:
             obs = ep.act(f"The question starts from an entity described as {cond.phrase()}; I will search for "
                          "that description" + (" and those years." if years in query else "."), "search",
                          {"query": query, "k": k})
@@ -163,7 +167,10 @@ class PlannerAgent:
         ruled out and are not visited again."""
         checked = set() if checked is None else checked
         dated: dict[str, int] = {}
-        todo = [c for c in candidates if c not in checked][: self.max_candidates]
+        todo = [c for c in candidates if c not in checked]
+        if len(todo) > self.narrow_above and cond.description:
+            todo = self.narrow(ep, todo, cond, label)
+        todo = todo[: self.max_candidates]
         for n, cand in enumerate(todo):
             checked.add(cand)
             goal = DATE_ATTRS[cond.date_attr] if cond.date_attr else "description"
@@ -181,7 +188,15 @@ class PlannerAgent:
                 if found:
                     return found
                 dated = {}
-        return None
+        return self.check_years(ep, dated, cond) if dated else None  # the last candidates may be undated
+
+    def narrow(self, ep: Episode, candidates: list[str], cond: Condition, label: str) -> list[str]:
+        """Many candidates: search for the condition and check the candidates the search returns first."""
+        years = " ".join(str(y) for y in range(cond.low, cond.high + 1)) if cond.date_attr else ""
+        obs = ep.act(f"{len(candidates)} entities are {label} candidates; I will search for {cond.phrase()} to "
+                     "check the likeliest first.", "search", {"query": f"{cond.description} {years}".strip(), "k": 20})
+        found = [t for t, _ in parse_results(obs)]
+        return [c for c in candidates if c in found] + [c for c in candidates if c not in found]
 
     def check_years(self, ep: Episode, dated: dict[str, int], cond: Condition) -> str | None:
         listing = ", ".join(f"{c!r}: {y}" for c, y in dated.items())

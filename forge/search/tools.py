@@ -22,6 +22,7 @@ import logging
 import re
 import shutil
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,14 +34,18 @@ from forge.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
-INDEX_VERSION = "1"  # bump when what is indexed changes
+INDEX_VERSION = "3"  # bump when what is indexed changes
 TITLE_WEIGHT = 3  # the title is repeated so that a name query ranks the entity's own page first
+LEAD_WEIGHT = 2  # the lead sentence (description) too, over the many fact sentences that mention other pages
 MAX_K = 20
 VISIT_CHARS = 4000
 GOAL_LINES = 12
 PYTHON_TIMEOUT_S = 5.0
 PYTHON_MEMORY_MB = 256
 _WORD = re.compile(r"\w\w+")
+_YEAR = re.compile(r"\b\d{4}\b")
+PHRASE_POOL = 100  # BM25 candidates per field, re-ordered by the lead-sentence phrase match
+RRF_K = 60  # reciprocal-rank fusion constant (the usual one)
 
 
 def _spec(name: str, description: str, properties: dict, required: list[str]) -> ToolSpec:
@@ -91,6 +96,40 @@ def validate_arguments(name: str, arguments: Any) -> str | None:
     return None
 
 
+def index_text(page: Page) -> str:
+    """What BM25 indexes for a page: title and lead sentence weighted up, then every line."""
+    return " ".join([page.title] * TITLE_WEIGHT + [page.lines[0]] * (LEAD_WEIGHT - 1) + list(page.lines))
+
+
+def _phrase(text: str) -> str:
+    return " ".join(_WORD.findall(text.lower()))
+
+
+def lead_text(page: Page) -> str:
+    """The short field: title, lead sentence and dates (the lines before the facts)."""
+    dated = [line for line in page.lines[1:] if not line.startswith("The ")][:4]
+    return " ".join([page.title, page.lines[0], *dated])
+
+
+def _load_or_build(path: Path, docs: list[str]) -> Any:
+    import bm25s
+
+    if (path / "params.index.json").exists():
+        return bm25s.BM25.load(str(path), show_progress=False)
+    log.info("building a BM25 index over %d pages (cached in %s)", len(docs), path)
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(docs, stopwords="en", show_progress=False), show_progress=False)
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    retriever.save(str(tmp), show_progress=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():  # another process built it meanwhile
+        shutil.rmtree(tmp)
+    else:
+        tmp.replace(path)
+    return retriever
+
+
 def _tokens(text: str) -> set[str]:
     return set(_WORD.findall(text.lower()))
 
@@ -99,7 +138,7 @@ def _tokens(text: str) -> set[str]:
 class SearchTools:
     graph: SearchGraph
     pages: list[Page]
-    retriever: Any  # bm25s.BM25
+    retrievers: dict[str, Any]  # field name → bm25s.BM25 ('full' page text, 'lead': title + lead + dates)
     dense: bool = False
     _by_mid: dict[str, Page] = field(default_factory=dict)
     _encoder: Any = None
@@ -107,27 +146,15 @@ class SearchTools:
 
     @classmethod
     def load(cls, ws: Workspace | None = None, *, dense: bool = False) -> SearchTools:
-        """Pages for every named entity and the BM25 index over them (from the disk cache when it is there)."""
-        import bm25s
-
+        """Pages for every named entity and the BM25 indexes over them (from the disk cache when it is there)."""
         ws = ws or Workspace.from_env()
         graph = SearchGraph.load(ws.corpora)
         pages = [render_page(graph, m) for m in graph.entities]
-        docs = [" ".join([p.title] * TITLE_WEIGHT + list(p.lines)) for p in pages]
-        digest = hashlib.sha256(("\n".join(docs) + INDEX_VERSION).encode()).hexdigest()[:16]
+        fields = {"full": [index_text(p) for p in pages], "lead": [lead_text(p) for p in pages]}
+        digest = hashlib.sha256(("\n".join(fields["full"]) + INDEX_VERSION).encode()).hexdigest()[:16]
         index_dir = ws.home / "search-index" / digest
-        if (index_dir / "params.index.json").exists():
-            retriever = bm25s.BM25.load(str(index_dir), show_progress=False)
-        else:
-            log.info("building the BM25 index over %d pages (cached in %s)", len(pages), index_dir)
-            retriever = bm25s.BM25()
-            retriever.index(bm25s.tokenize(docs, stopwords="en", show_progress=False), show_progress=False)
-            tmp = index_dir.with_name(index_dir.name + ".tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            retriever.save(str(tmp), show_progress=False)
-            tmp.replace(index_dir) if not index_dir.exists() else shutil.rmtree(tmp)
-        return cls(graph=graph, pages=pages, retriever=retriever, dense=dense,
-                   _by_mid={p.mid: p for p in pages})
+        retrievers = {name: _load_or_build(index_dir / name, docs) for name, docs in fields.items()}
+        return cls(graph=graph, pages=pages, retrievers=retrievers, dense=dense, _by_mid={p.mid: p for p in pages})
 
     @property
     def specs(self) -> list[ToolSpec]:
@@ -155,10 +182,20 @@ class SearchTools:
         tokens = bm25s.tokenize([query], stopwords="en", show_progress=False)
         if not tokens.vocab:
             return []
-        n = min(len(self.pages), max(k * 4, 20) if self.dense else k)
-        docs, scores = self.retriever.retrieve(tokens, k=n, show_progress=False, n_threads=1)
-        ranked = sorted(((-float(s), int(d)) for d, s in zip(docs[0], scores[0], strict=True) if s > 0))
-        hits = [self.pages[d] for _, d in ranked]
+        n = min(len(self.pages), max(k * 4, PHRASE_POOL))
+        fused: dict[int, float] = {}
+        for retriever in self.retrievers.values():
+            # Reciprocal-rank fusion of the two fields: long pages (many facts) still rank on their lead.
+            docs, scores = retriever.retrieve(tokens, k=n, show_progress=False, n_threads=1)
+            ranked = sorted((-float(s), int(d)) for d, s in zip(docs[0], scores[0], strict=True) if s > 0)
+            for rank, (_, d) in enumerate(ranked):
+                fused[d] = fused.get(d, 0.0) + 1.0 / (RRF_K + rank)
+        hits = [self.pages[d] for d, _ in sorted(fused.items(), key=lambda x: (-x[1], x[0]))]
+        # A query that is a phrase of a page's lead sentence (a name, a description) ranks that page first:
+        # BM25 alone lets short pages sharing two common words ("American", "actor") win.
+        phrase = _phrase(_YEAR.sub(" ", query))
+        if len(phrase) >= 8:
+            hits = sorted(hits, key=lambda p: phrase not in _phrase(p.lines[0]))  # stable: BM25 order within
         if self.dense and hits:
             hits = self._rerank(query, hits)
         return hits[:k]

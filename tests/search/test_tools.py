@@ -70,10 +70,11 @@ def test_specs_are_openai_functions_rendered_by_the_template(tokenizer):
 
 def test_index_is_cached_on_disk(workspace, tools):
     dirs = [p for p in (workspace.home / "search-index").iterdir() if p.is_dir()]
-    assert len(dirs) == 1 and (dirs[0] / "params.index.json").exists()
-    stamp = (dirs[0] / "params.index.json").stat().st_mtime_ns
+    params = [dirs[0] / field / "params.index.json" for field in ("full", "lead")]
+    assert len(dirs) == 1 and all(p.exists() for p in params)
+    stamps = [p.stat().st_mtime_ns for p in params]
     again = SearchTools.load(workspace)
-    assert (dirs[0] / "params.index.json").stat().st_mtime_ns == stamp  # loaded, not rebuilt
+    assert [p.stat().st_mtime_ns for p in params] == stamps  # loaded, not rebuilt
     assert again.search("Barack Obama") == tools.search("Barack Obama")
 
 
