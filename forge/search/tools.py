@@ -46,6 +46,7 @@ _WORD = re.compile(r"\w\w+")
 _YEAR = re.compile(r"\b\d{4}\b")
 PHRASE_POOL = 100  # BM25 candidates per field, re-ordered by the lead-sentence phrase match
 RRF_K = 60  # reciprocal-rank fusion constant (the usual one)
+DENSE_POOL = 20  # fused hits the dense model re-ranks
 
 
 def _spec(name: str, description: str, properties: dict, required: list[str]) -> ToolSpec:
@@ -197,7 +198,7 @@ class SearchTools:
         if len(phrase) >= 8:
             hits = sorted(hits, key=lambda p: phrase not in _phrase(p.lines[0]))  # stable: BM25 order within
         if self.dense and hits:
-            hits = self._rerank(query, hits)
+            hits = self._rerank(query, hits[: max(k * 4, DENSE_POOL)])
         return hits[:k]
 
     def search(self, query: str, k: int = 5) -> str:
