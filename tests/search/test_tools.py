@@ -98,3 +98,17 @@ def test_dense_rerank_reorders_the_bm25_pool(tools):
     assert {p.mid for p in reranked} <= pool  # re-ranks BM25's candidates, never adds pages
     assert dense.search_pages(query, 5) == reranked  # deterministic
     assert dense.search_pages("Hans Zimmer", 1)[0].title == "Hans Zimmer"
+
+
+def test_forge_tools_command_line(tools):
+    from typer.testing import CliRunner
+
+    from forge.cli import app
+
+    runner = CliRunner()
+    found = runner.invoke(app, ["tools", "search", "Hans Zimmer", "-k", "2"])
+    assert found.exit_code == 0 and found.output.startswith("[1] Hans Zimmer")
+    page = runner.invoke(app, ["tools", "visit", "The Holiday", "--goal", "music"])
+    assert page.exit_code == 0 and "The music of The Holiday is Hans Zimmer." in page.output
+    missing = runner.invoke(app, ["tools", "visit", "No Such Page At All"])
+    assert missing.exit_code == 1 and "no page titled" in missing.output
