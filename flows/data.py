@@ -6,6 +6,7 @@ import mlflow
 from prefect import flow
 
 from flows._progress import run_stage
+from flows.search import synthesize_search
 from forge.config import RecipeConfig
 from forge.hashing import value_digest
 from registry.tracking import DATA_MD5_TAG, STAGE_TAG, start_stage_run
@@ -18,12 +19,16 @@ def data_flow(
 ) -> dict:
     corpora = digest_corpora()
     pools = run_stage("pools", build_pools_task, config.pools, corpora)
+    pools_digest = value_digest(config.pools, corpora)
+    if config.deep_search.enabled:  # forge.search replaces the pools' FB15k-237 stand-ins (issue 3)
+        search = synthesize_search(config.deep_search, pools, pools_digest, parent_run_id=parent_run_id, lineage=lineage)
+        pools, pools_digest = {**pools, **search["pools"]}, value_digest(config.pools, corpora, config.deep_search)
     mix = run_stage(
         "mix",
         build_mix_task,
         config.mix,
         pools,
-        value_digest(config.pools, corpora),
+        pools_digest,
         tokenizer_dir,
         config.eval.heldout_rows,
     )

@@ -28,11 +28,14 @@ from rich.table import Table
 
 from forge.code.cli import app as sandbox_app
 from forge.data.cli import app as data_app
+from forge.search.cli import synth_app, tools_app
 from forge.workspace import configure_environment
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Forge: the Nanbeige4.1 post-training recipe.")
 app.add_typer(data_app, name="data", help="Validate and inspect datasets.")
 app.add_typer(sandbox_app, name="sandbox", help="Run untrusted code in the sandbox.")
+app.add_typer(tools_app, name="tools", help="The offline deep-search tools (search, visit).")
+app.add_typer(synth_app, name="synth", help="Synthesize training data (forge synth search --n 200).")
 console = Console()
 
 

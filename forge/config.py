@@ -196,6 +196,28 @@ class DeepSearchConfig(Strict):
     recency_window_days: int = Field(183, ge=1, description="'updated within the past six months' (§2.2.1).")
     walk_length_min: int = Field(2, ge=1)
     walk_length_max: int = Field(5, ge=1)
+    enabled: bool = Field(True, description="Synthesize deep-search / tool-use data from the graph (forge.search).")
+    reference_year: int | None = Field(None, description="'Now' for recency; None = the graph's latest date.")
+    min_head_degree: int = Field(5, ge=1, description="Heads need this many neighbours (facts to walk).")
+    max_hub_degree: int = Field(200, ge=2, description="Entities with more neighbours are hubs: never on a walk.")
+    num_questions: int = Field(2000, ge=1, description="QA pairs to synthesize (one walk per head entity).")
+    num_shards: int = Field(8, ge=1, description="Head-entity shards: one cached Prefect task each.")
+    obfuscate_head_prob: float = Field(0.5, ge=0, le=1, description="Name the head by description + year range.")
+    agents: list[Literal["planner", "greedy", "noisy"]] = Field(
+        default_factory=lambda: ["planner", "greedy", "noisy"], description="Scripted agents run on every QA.")
+    use_embeddings: bool = Field(False, description="Add the MiniLM prototype test to the semantic entity filter.")
+    dense_rerank: bool = Field(False, description="Re-rank BM25 hits with the bundled all-MiniLM-L6-v2.")
+    review_db_url: str | None = Field(None, description="Review store URL; None = SQLite under the home.")
+    teacher_base_url: str | None = Field(
+        None, description="OpenAI-compatible teacher: LLM entity filter, question rewrite and turn critic when set.")
+    teacher_model: str = Field("default", description="Model name sent to the teacher endpoint.")
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _walk_lengths(self) -> DeepSearchConfig:
+        if not self.walk_length_min <= self.walk_length_max:
+            raise ValueError("need walk_length_min <= walk_length_max")
+        return self
 
 
 class AgenticRLConfig(Strict):

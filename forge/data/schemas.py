@@ -152,6 +152,10 @@ class SearchQA(Row):
     question: str = Field(min_length=1)
     answer: str = Field(min_length=1)
     gold_path: list[str] = Field(default_factory=list, description="Entities/pages from question to answer.")
+    # Graph-walk QAs (forge.search.walks) also keep what is needed to re-check and replay them:
+    answer_id: str | None = Field(None, description="Graph id of the answer entity.")
+    gold_relations: list[str] = Field(default_factory=list, description="Relation label of each hop.")
+    walk: dict[str, Any] | None = Field(None, description="Head, per-hop constraints, gold tails, walk parameters.")
 
 
 SCHEMAS: dict[str, type[Row]] = {

@@ -1,0 +1,191 @@
+"""Deep-search data synthesis end to end, in shards (the library behind ``flows/search.py`` and ``forge synth``).
+
+    shard = synthesize_shard(ws, cfg, i)            # QAs + trajectories (+ critic verdicts) of head shard i
+    out = merge_shards(ws, cfg, shards, pools)      # review store, filtered SFT pools, summary
+
+Outputs under ``data/search/``:
+- ``shards/shard-XXXX.qa.jsonl`` / ``.traj.jsonl``: per shard (a killed run redoes only missing shards);
+- ``qa.jsonl`` (SearchQA with gold path and walk), ``trajectories.jsonl`` (SearchTrajectory with verdicts);
+- ``pools/deep_search.jsonl``, ``pools/tool_use.jsonl``: the mix's pools for those two domains — the
+  foundation's pool rows minus its FB15k-237 walk stand-ins, plus SFT samples from correct trajectories with
+  the effective (human over critic) turn masks.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from forge.config import DeepSearchConfig
+from forge.data.jsonl import read_jsonl, write_jsonl
+from forge.data.schemas import ChatSample, SearchQA
+from forge.search.agents import SCRIPTED_AGENTS
+from forge.search.critic import judge_trajectory, llm_judge
+from forge.search.heads import select_heads
+from forge.search.tools import SearchTools
+from forge.search.trajectory import SearchTrajectory, TurnVerdict, to_chat_sample
+from forge.search.walks import WalkParams, rewrite_question, synthesize_qas
+from forge.workspace import Workspace
+
+log = logging.getLogger(__name__)
+STANDIN_SOURCES = ("kg_fb15k237",)  # forge.data.pools' FB15k-237 walks, replaced by this engine's data
+
+
+def search_dir(ws: Workspace) -> Path:
+    return ws.data / "search"
+
+
+def teacher(cfg: DeepSearchConfig) -> Any:
+    """The teacher backend when ``cfg.teacher_base_url`` is set (LLM filter, rewrite, critic), else None."""
+    if not cfg.teacher_base_url:
+        return None
+    from forge.generation import get_backend
+
+    return get_backend("openai", base_url=cfg.teacher_base_url, model=cfg.teacher_model)
+
+
+def shard_heads(tools: SearchTools, cfg: DeepSearchConfig) -> list[list[str]]:
+    """Recent, specific head entities in a seeded order, dealt round-robin into ``cfg.num_shards`` shards."""
+    sel = select_heads(tools.graph, reference_year=cfg.reference_year, window_days=cfg.recency_window_days,
+                       min_degree=cfg.min_head_degree, max_degree=cfg.max_hub_degree,
+                       use_embeddings=cfg.use_embeddings, backend=teacher(cfg))
+    heads = list(sel.heads)
+    random.Random(f"{cfg.seed}:heads").shuffle(heads)
+    return [heads[i :: cfg.num_shards] for i in range(cfg.num_shards)]
+
+
+def run_agents(qas: list[SearchQA], tools: SearchTools, agents: list[str], backend: Any = None
+               ) -> list[SearchTrajectory]:
+    """Every scripted agent on every QA; each trajectory carries the critic's verdicts (rule-based; with a
+    teacher ``backend`` a turn passes only if the rules and the LLM critic both pass it)."""
+    out = []
+    for qa in qas:
+        for name in agents:
+            traj = SCRIPTED_AGENTS[name]().run(qa, tools)
+            verdicts = judge_trajectory(traj, qa, tools.graph)
+            if backend is not None:
+                verdicts = combine_verdicts(verdicts, llm_judge(backend, traj, qa))
+            out.append(traj.model_copy(update={"verdicts": verdicts}))
+    return out
+
+
+def combine_verdicts(rule: list[TurnVerdict], llm: list[TurnVerdict]) -> list[TurnVerdict]:
+    by_index = {v.message_index: v for v in llm}
+    out = []
+    for v in rule:
+        other = by_index.get(v.message_index)
+        if other is None or other.passed or not v.passed:
+            out.append(v)
+        else:
+            out.append(other)  # the rules passed it, the LLM did not: the LLM's verdict and reasons stand
+    return out
+
+
+def rewrite_questions(qas: list[SearchQA], backend: Any) -> list[SearchQA]:
+    """LLM obfuscation of the template questions; a rewrite that drops a year keeps the template."""
+    out = []
+    for qa in qas:
+        text = rewrite_question(backend, qa.question)
+        out.append(qa if text is None else SearchQA.build(**{**qa.model_dump(exclude={"id"}), "question": text}))
+    return out
+
+
+def synthesize_shard(ws: Workspace, cfg: DeepSearchConfig, shard: int) -> dict[str, Any]:
+    """QAs and trajectories for one head-entity shard, written to ``data/search/shards/``."""
+    started = time.time()
+    tools = SearchTools.load(ws, dense=cfg.dense_rerank)
+    heads = shard_heads(tools, cfg)[shard]
+    quota = math.ceil(cfg.num_questions / cfg.num_shards)
+    qas = synthesize_qas(tools.graph, heads, quota, min_hops=cfg.walk_length_min, max_hops=cfg.walk_length_max,
+                         params=WalkParams(max_hub_degree=cfg.max_hub_degree,
+                                           obfuscate_head_prob=cfg.obfuscate_head_prob, seed=cfg.seed))
+    backend = teacher(cfg)
+    if backend is not None:
+        qas = rewrite_questions(qas, backend)
+    qa_seconds = time.time() - started
+    trajs = run_agents(qas, tools, list(cfg.agents), backend)
+    base = search_dir(ws) / "shards" / f"shard-{shard:04d}"
+    write_jsonl(base.with_suffix(".qa.jsonl"), qas)
+    write_jsonl(base.with_suffix(".traj.jsonl"), trajs)
+    seconds = time.time() - started
+    log.info("search shard %d/%d: %d QAs, %d trajectories in %.1f s", shard + 1, cfg.num_shards, len(qas),
+             len(trajs), seconds)
+    return {"shard": shard, "qa_path": str(base.with_suffix(".qa.jsonl")),
+            "traj_path": str(base.with_suffix(".traj.jsonl")), "qas": len(qas), "trajectories": len(trajs),
+            "qa_seconds": round(qa_seconds, 2), "seconds": round(seconds, 2)}
+
+
+def merge_shards(ws: Workspace, cfg: DeepSearchConfig, shards: list[dict[str, Any]],
+                 pool_paths: dict[str, str] | None = None) -> dict[str, Any]:
+    """Join the shards, load the review store, write the filtered pools; returns paths and figures."""
+    out = search_dir(ws)
+    qas = [qa for s in shards for qa in read_jsonl(s["qa_path"], SearchQA, max_bad_ratio=0.0).rows]
+    trajs = [t for s in shards for t in read_jsonl(s["traj_path"], SearchTrajectory, max_bad_ratio=0.0).rows]
+    write_jsonl(out / "qa.jsonl", qas)
+    write_jsonl(out / "trajectories.jsonl", trajs)
+    trajs = apply_reviews(ws, cfg, trajs)
+    samples = [to_chat_sample(t) for t in trajs if t.correct]
+    samples = [s for s in samples if any(m.loss for m in s.messages if m.role == "assistant")]
+    pools = write_pools(out / "pools", samples, pool_paths or {})
+    stats = summarize(qas, trajs)
+    stats.update(samples={d: sum(s.domain == d for s in samples) for d in ("deep_search", "tool_use")})
+    return {"qa_path": str(out / "qa.jsonl"), "traj_path": str(out / "trajectories.jsonl"), "pools": pools,
+            "stats": stats}
+
+
+def apply_reviews(ws: Workspace, cfg: DeepSearchConfig, trajs: list[SearchTrajectory]) -> list[SearchTrajectory]:
+    """Store every trajectory with its critic labels; return them with human verdicts overriding the critic."""
+    from forge.review import add_trajectory, open_store, reviewed_trajectory
+
+    engine = open_store(cfg.review_db_url, ws.home)
+    reviewed = []
+    with Session(engine) as session:
+        for traj in trajs:
+            add_trajectory(session, traj)
+        session.commit()
+        for traj in trajs:
+            reviewed.append(reviewed_trajectory(session, traj.id))
+    engine.dispose()
+    return reviewed
+
+
+def write_pools(out: Path, samples: list[ChatSample], pool_paths: dict[str, str]) -> dict[str, str]:
+    """deep_search / tool_use pools: the existing pool rows that are not stand-ins, plus ``samples``."""
+    paths = {}
+    for domain in ("deep_search", "tool_use"):
+        rows: list[ChatSample] = []
+        if domain in pool_paths:
+            rows = [r for r in read_jsonl(pool_paths[domain], ChatSample).rows if r.source not in STANDIN_SOURCES]
+        rows += [s for s in samples if s.domain == domain]
+        paths[domain] = str(out / f"{domain}.jsonl")
+        write_jsonl(paths[domain], rows)
+    return paths
+
+
+def summarize(qas: list[SearchQA], trajs: list[SearchTrajectory]) -> dict[str, Any]:
+    by_agent: dict[str, list[SearchTrajectory]] = {}
+    for t in trajs:
+        by_agent.setdefault(t.agent, []).append(t)
+    turns = [v for t in trajs for v in t.verdicts]
+    return {
+        "qas": len(qas),
+        "hops": dict(sorted(Counter(len(q.gold_relations) for q in qas).items())),
+        "obfuscated_heads": sum(1 for q in qas if (q.walk or {}).get("head_condition")),
+        "trajectories": len(trajs),
+        "accuracy": {a: sum(t.correct for t in ts) / len(ts) for a, ts in sorted(by_agent.items())},
+        "turns": len(turns),
+        "turn_pass_rate": sum(v.passed for v in turns) / max(1, len(turns)),
+    }
+
+
+def synthesize_all(ws: Workspace, cfg: DeepSearchConfig, pool_paths: dict[str, str] | None = None) -> dict:
+    """All shards in this process, then the merge (what ``forge synth search`` runs without Prefect)."""
+    shards = [synthesize_shard(ws, cfg, i) for i in range(cfg.num_shards)]
+    return merge_shards(ws, cfg, shards, pool_paths)

