@@ -195,8 +195,10 @@ class PairwiseRLConfig(Strict):
     pair_max_new_tokens: int = Field(1024, ge=8, description="Answer length of the strong/weak generations.")
     max_prompts: int = Field(4096, ge=1, description="RL prompts (with reference answers) from the SFT mix.")
     per_device_batch_size: int = Field(8, ge=1)
+    steps_per_generation: int = Field(1, ge=1, description="Optimiser steps per generation batch (TRL).")
     temperature: float = Field(1.0, gt=0)
     save_steps: int = Field(50, ge=1)
+    use_vllm: bool = Field(False, description="Rollouts through vLLM inside TRL (generation.vllm.trl_mode).")
 
 
 class CodeRLConfig(Strict):

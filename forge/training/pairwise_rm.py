@@ -272,6 +272,22 @@ class PairwiseRMResult:
     resumed_from_step: int | None = None
 
 
+def pairwise_rm_args(
+    cfg: PairwiseRLConfig, runtime: TrainingRuntimeConfig, work_dir: Path, seed: int = 0
+) -> TrainingArguments:
+    """``TrainingArguments`` of the pairwise RM (its own columns reach the collator: no column pruning)."""
+    return TrainingArguments(
+        **common_trainer_args(work_dir, runtime, seed=seed, save_steps=cfg.save_steps),
+        max_steps=cfg.rm_max_steps,
+        learning_rate=cfg.rm_learning_rate,
+        per_device_train_batch_size=cfg.rm_batch_size,
+        warmup_steps=max(1, cfg.rm_max_steps // 20),
+        logging_steps=max(1, min(10, cfg.rm_max_steps // 10)),
+        remove_unused_columns=False,
+        eval_strategy="no",
+    )
+
+
 def train_pairwise_rm(
     model_dir: Path,
     train_pairs: list[StrongWeakPair],
@@ -292,19 +308,9 @@ def train_pairwise_rm(
     train_ds = pairwise_dataset(tokenizer, train_pairs, cfg.rm_max_length, seed)
     heldout_ds = pairwise_dataset(tokenizer, heldout_pairs, cfg.rm_max_length, seed + 1)
     before = evaluate_pairwise(model, tokenizer, heldout_ds)
-    args = TrainingArguments(
-        **common_trainer_args(work_dir, runtime, seed=seed, save_steps=cfg.save_steps),
-        max_steps=cfg.rm_max_steps,
-        learning_rate=cfg.rm_learning_rate,
-        per_device_train_batch_size=cfg.rm_batch_size,
-        warmup_steps=max(1, cfg.rm_max_steps // 20),
-        logging_steps=max(1, min(10, cfg.rm_max_steps // 10)),
-        remove_unused_columns=False,
-        eval_strategy="no",
-    )
     trainer = PairwiseRMTrainer(
         model=model,
-        args=args,
+        args=pairwise_rm_args(cfg, runtime, work_dir, seed),
         train_dataset=train_ds,
         data_collator=PairCollator(tokenizer.pad_token_id),
         processing_class=tokenizer,

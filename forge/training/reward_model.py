@@ -142,6 +142,20 @@ class RewardModelResult:
     resumed_from_step: int | None = None
 
 
+def reward_config(cfg: PointwiseRLConfig, runtime: TrainingRuntimeConfig, work_dir: Path, seed: int = 0) -> RewardConfig:
+    """TRL's ``RewardConfig`` for the profile (bf16 / gradient checkpointing from ``runtime``)."""
+    return RewardConfig(
+        **common_trainer_args(work_dir, runtime, seed=seed, save_steps=cfg.save_steps),
+        max_steps=cfg.rm_max_steps,
+        learning_rate=cfg.rm_learning_rate,
+        per_device_train_batch_size=cfg.rm_batch_size,
+        warmup_steps=max(1, cfg.rm_max_steps // 20),
+        max_length=None,  # already cut from the left by tokenize_pairs; TRL would drop long pairs instead
+        logging_steps=max(1, min(10, cfg.rm_max_steps // 10)),
+        eval_strategy="no",
+    )
+
+
 def build_reward_trainer(
     model_dir: Path,
     train_pairs: list[PreferencePair],
@@ -154,19 +168,9 @@ def build_reward_trainer(
     """A ``RewardTrainer`` over pre-tokenized pairs, ready to ``train()``."""
     apply_runtime(runtime)
     model, tokenizer = load_reward_model(model_dir)
-    args = RewardConfig(
-        **common_trainer_args(work_dir, runtime, seed=seed, save_steps=cfg.save_steps),
-        max_steps=cfg.rm_max_steps,
-        learning_rate=cfg.rm_learning_rate,
-        per_device_train_batch_size=cfg.rm_batch_size,
-        warmup_steps=max(1, cfg.rm_max_steps // 20),
-        max_length=None,  # already cut from the left by tokenize_pairs; TRL would drop long pairs instead
-        logging_steps=max(1, min(10, cfg.rm_max_steps // 10)),
-        eval_strategy="no",
-    )
     trainer = RewardTrainer(
         model=model,
-        args=args,
+        args=reward_config(cfg, runtime, work_dir, seed),
         train_dataset=tokenize_pairs(tokenizer, train_pairs, cfg.rm_max_length),
         processing_class=tokenizer,
         callbacks=[ForwardMetrics(log_metrics, prefix="rm_pointwise/")],

@@ -235,3 +235,21 @@ def run_sft_curriculum(
             results.append(run_sft_stage(model_dir, train_rows, eval_rows, stage, sft, runtime, out_dir, log_metrics))
         model_dir = out_dir
     return results
+
+
+def heldout_chat_loss(
+    model_dir: Path,
+    eval_rows: list[ChatSample],
+    stage: SFTStageConfig,
+    sft: SFTConfig,
+    runtime: TrainingRuntimeConfig,
+    work_dir: Path,
+) -> float:
+    """Held-out chat loss of any policy checkpoint, measured exactly as the SFT stages measure it (same rows,
+    same masks, ``stage.max_length``), so RL checkpoints carry a ``sft_heldout_loss`` the promotion gate can
+    compare with an SFT champion's."""
+    trainer = build_sft_trainer(Path(model_dir), eval_rows, eval_rows, stage, sft, runtime, Path(work_dir))
+    try:
+        return _evaluate(trainer)
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
