@@ -67,8 +67,8 @@ class CountingCollator:
     ``(batch, longest_in_batch)``, labels padded with -100.
     """
 
-    def __init__(self, pad_token_id: int) -> None:
-        self.inner = DataCollatorForLanguageModeling(pad_token_id=pad_token_id)
+    def __init__(self, pad_token_id: int, inner: Any = None) -> None:
+        self.inner = inner or DataCollatorForLanguageModeling(pad_token_id=pad_token_id)
         self.counting = True
         self.real_tokens = 0
         self.positions = 0
@@ -76,8 +76,13 @@ class CountingCollator:
     def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
         batch = self.inner(examples)
         if self.counting:
-            self.real_tokens += int(batch["attention_mask"].sum())
-            self.positions += batch["attention_mask"].numel()
+            if "attention_mask" in batch:
+                self.real_tokens += int(batch["attention_mask"].sum())
+            else:  # padding-free: one flattened row; its sequences end where cu_seq_lens says, the rest is padding
+                self.real_tokens += int(batch["cu_seq_lens_q"][-1]) if "cu_seq_lens_q" in batch else batch[
+                    "input_ids"
+                ].numel()
+            self.positions += batch["input_ids"].numel()
         return batch
 
 
@@ -121,9 +126,14 @@ def build_sft_trainer(
         train_dataset=train_ds,
         eval_dataset=eval_ds,
         processing_class=tokenizer,
-        data_collator=CountingCollator(tokenizer.pad_token_id),
+        # Packing (TRL's best-fit-decreasing) runs padding-free: TRL builds its own collator (it refuses a custom
+        # one) that flattens a batch into one row with position_ids; Llama's SDPA mask then stays block-causal per
+        # packed sample. The counter wraps whichever collator is in use, so padding is measured either way.
+        data_collator=None if sft.packing else CountingCollator(tokenizer.pad_token_id),
         callbacks=[ForwardMetrics(log_metrics, prefix=f"sft/{stage.name}/")],
     )
+    if sft.packing:
+        trainer.data_collator = CountingCollator(tokenizer.pad_token_id, inner=trainer.data_collator)
     trainer.remove_callback(PrinterCallback)
     return trainer
 
