@@ -193,6 +193,8 @@ class PairwiseRLConfig(Strict):
     rm_eval_pairs: int = Field(200, ge=8)
     pair_prompts: int = Field(2000, ge=8, description="Prompts answered by the strong and the weak checkpoint.")
     pair_max_new_tokens: int = Field(1024, ge=8, description="Answer length of the strong/weak generations.")
+    max_prompt_length: int = Field(4096, ge=16, description="Prompt tokens (whole history); longer ones skipped.")
+    min_pairs: int = Field(8, ge=2, description="Fewest checklist-kept pairs the RM may be trained on.")
     max_prompts: int = Field(4096, ge=1, description="RL prompts (with reference answers) from the SFT mix.")
     per_device_batch_size: int = Field(8, ge=1)
     steps_per_generation: int = Field(1, ge=1, description="Optimiser steps per generation batch (TRL).")

@@ -8,6 +8,7 @@ digest of their inputs; trainers resume from their own checkpoints after a kill.
 
 from __future__ import annotations
 
+import random
 import time
 from pathlib import Path
 
@@ -183,14 +184,14 @@ def rm_pairwise_task(
 
     from forge.generation import get_backend
     from forge.training.grpo import build_rl_prompts
-    from forge.training.pairwise_rm import filter_pairs, generate_strong_weak, train_pairwise_rm
+    from forge.training.pairwise_rm import StrongWeakPair, filter_pairs, generate_strong_weak, train_pairwise_rm
     from registry.models import register_checkpoint, set_version_metrics
 
     ws = Workspace.from_env()
     train_rows, _ = _mix_rows(mix_dir)
     tokenizer = AutoTokenizer.from_pretrained(strong_dir)
     prompts = build_rl_prompts(train_rows, tokenizer, max_prompts=cfg.pair_prompts,
-                               max_prompt_tokens=cfg.rm_max_length // 3, seed=seed + 1)
+                               max_prompt_tokens=cfg.max_prompt_length, seed=seed + 1)
     out = ws.models / f"rm-pairwise-{value_digest(cfg, runtime, generation, strong_dir, weak_dir, data_md5, seed)}"
     tags = {**(lineage or {}), STAGE_TAG: "rm-pairwise", DATA_MD5_TAG: data_md5,
             PARENT_VERSION_TAG: f"forge-policy/{policy_version}"}
@@ -200,17 +201,27 @@ def rm_pairwise_task(
         raw = generate_strong_weak(_strong_backend(generation, strong_dir), weak, prompts,
                                    max_new_tokens=cfg.pair_max_new_tokens, temperature=generation.temperature,
                                    seed=seed)
-        kept, counts = filter_pairs(raw)
+        # The SFT data's own answer is the strongest "checkpoint" there is (the teacher that wrote it): its
+        # pairs against the weak checkpoint join the policy's, through the same checklist filter.
+        reference_pairs = [StrongWeakPair(p.history, p.reference, p.weak, p.reference, p.domain) for p in raw]
+        kept_policy, counts = filter_pairs(raw)
+        kept_reference, ref_counts = filter_pairs(reference_pairs)
+        kept = kept_policy + kept_reference
+        random.Random(f"{seed}:pairwise-split").shuffle(kept)
         n_eval = min(cfg.rm_eval_pairs, len(kept) // 3)
         heldout, train = kept[:n_eval], kept[n_eval:]
-        if not train or not heldout:
-            raise ValueError(f"rm-pairwise: the checklist kept {len(kept)} of {len(raw)} pairs: too few to train on")
+        if len(kept) < cfg.min_pairs:
+            raise ValueError(f"rm-pairwise: the checklist kept {len(kept)} of {len(raw) + len(reference_pairs)} "
+                             f"pairs (fewer than min_pairs={cfg.min_pairs}): too few to train on")
         res = train_pairwise_rm(Path(strong_dir), train, heldout, cfg, runtime, out, seed, _mlflow_logger())
         metrics = {
             "heldout_accuracy": res.after.accuracy,
             "position_bias_rate": res.after.position_bias_rate,
             "position_bias_rate_before": res.before.position_bias_rate,
-            "pairs_kept": counts["kept"], "pairs_disagree": counts["disagree"], "pairs_tie": counts["tie"],
+            "pairs_kept_policy": counts["kept"], "pairs_disagree_policy": counts["disagree"],
+            "pairs_tie_policy": counts["tie"], "pairs_kept_reference": ref_counts["kept"],
+            "pairs_disagree_reference": ref_counts["disagree"], "pairs_tie_reference": ref_counts["tie"],
+            "pairs_train": len(train), "pairs_heldout": len(heldout),
         }
         mlflow.log_metrics(metrics)
         log_curve("rm_pairwise_train_loss", [p[0] for p in res.train_curve], [p[1] for p in res.train_curve],
@@ -247,7 +258,7 @@ def grpo_pairwise_task(
     train_rows, heldout = _mix_rows(mix_dir)
     tokenizer = AutoTokenizer.from_pretrained(policy_dir)
     prompts = build_rl_prompts(train_rows, tokenizer, max_prompts=cfg.max_prompts,
-                               max_prompt_tokens=cfg.rm_max_length // 3, seed=seed + 2)
+                               max_prompt_tokens=cfg.max_prompt_length, seed=seed + 2)
     out = ws.models / f"grpo-pairwise-{value_digest(cfg, runtime, generation, policy_dir, rm['model_dir'], data_md5)}"
     tags = {**(lineage or {}), STAGE_TAG: "grpo-pairwise", DATA_MD5_TAG: data_md5,
             PARENT_VERSION_TAG: f"forge-policy/{policy_version}", REWARD_MODEL_TAG: f"forge-rm-pairwise/{rm['version']}"}
