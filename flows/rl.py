@@ -13,6 +13,7 @@ from prefect import flow
 from flows._progress import run_stage
 from forge.config import RecipeConfig
 from registry.tracking import DATA_MD5_TAG, STAGE_TAG, start_stage_run
+from tasks.refinement import cot_reconstruction_task, solution_refinement_task
 from tasks.rl import grpo_pairwise_task, grpo_pointwise_task, rm_pairwise_task, rm_pointwise_task
 
 
@@ -29,8 +30,17 @@ def rl_flow(
     common = (config.runtime,)
     with start_stage_run("rl", parent_run_id=parent_run_id, tags=tags) as run:
         parent = run.info.run_id
+        extra_pairs = None
+        if config.refinement.enabled:  # §2.1.1: refined-over-draft pairs join the preference data
+            refined = run_stage("solution-refinement", solution_refinement_task, config.refinement,
+                                config.sft.solution_refinement_iterations, config.generation, sft["model_dir"],
+                                data["mix_dir"], data["data_md5"], config.seed)
+            run_stage("cot-reconstruction", cot_reconstruction_task, config.refinement, config.generation,
+                      sft["model_dir"], refined["traces"], config.seed)
+            extra_pairs = refined["pairs"]
         rm = run_stage("rm-pointwise", rm_pointwise_task, config.pointwise_rl, *common, sft["model_dir"],
-                       sft["version"], data["data_md5"], config.seed, parent_run_id=parent, lineage=tags)
+                       sft["version"], data["data_md5"], config.seed, extra_pairs, parent_run_id=parent,
+                       lineage=tags)
         point = run_stage("grpo-pointwise", grpo_pointwise_task, config.pointwise_rl, config.sft, *common,
                           config.generation, sft["model_dir"], sft["version"], rm, data["mix_dir"],
                           data["data_md5"], config.seed, parent_run_id=parent, lineage=tags)

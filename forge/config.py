@@ -281,6 +281,19 @@ class PromotionConfig(Strict):
     lower_is_better: list[str] = Field(default_factory=lambda: ["sft_heldout_loss"])
 
 
+class RefinementConfig(Strict):
+    """§2.1.1 Solution Refinement (critique → revision, ``sft.solution_refinement_iterations`` rounds) and CoT
+    Reconstruction, run on SFT answers; the refined-over-draft pairs join the point-wise RM's preference data.
+    Off by default: worth running with a teacher endpoint (``generation.openai_base_url``) or a capable policy."""
+
+    enabled: bool = Field(False, description="Run refinement + CoT reconstruction before the point-wise RM.")
+    items: int = Field(1000, ge=1, description="SFT answers to refine.")
+    domains: list[str] = Field(default_factory=lambda: ["general", "stem", "code"])
+    max_new_tokens: int = Field(1024, ge=8)
+    max_prompt_length: int = Field(4096, ge=16)
+    temperature: float = Field(0.0, ge=0)
+
+
 class RecipeConfig(Strict):
     profile: str = "tiny"
     seed: int = 0
@@ -290,6 +303,7 @@ class RecipeConfig(Strict):
     sft: SFTConfig = SFTConfig()
     pointwise_rl: PointwiseRLConfig = PointwiseRLConfig()
     pairwise_rl: PairwiseRLConfig = PairwiseRLConfig()
+    refinement: RefinementConfig = RefinementConfig()
     code_rl: CodeRLConfig = CodeRLConfig()
     deep_search: DeepSearchConfig = DeepSearchConfig()
     agentic_rl: AgenticRLConfig = AgenticRLConfig()

@@ -75,10 +75,12 @@ def rm_pointwise_task(
     policy_version: str,
     data_md5: str,
     seed: int,
+    extra_pairs: str | None = None,
     parent_run_id: str | None = None,
     lineage: dict | None = None,
 ) -> dict:
-    """Bradley–Terry RM on the policy's backbone, trained on the preference pool; registered ``forge-rm-pointwise``."""
+    """Bradley–Terry RM on the policy's backbone, trained on the preference pool (plus ``extra_pairs``, e.g. the
+    refined-over-draft pairs of Solution Refinement); registered ``forge-rm-pointwise``."""
     from forge.data.jsonl import read_jsonl
     from forge.data.schemas import PreferencePair
     from forge.training.reward_model import split_pairs, train_reward_model
@@ -86,8 +88,10 @@ def rm_pointwise_task(
 
     ws = Workspace.from_env()
     pairs = read_jsonl(ws.pools / "preferences.jsonl", PreferencePair).rows
-    train, heldout = split_pairs(pairs, cfg.rm_eval_pairs, seed)
-    out = ws.models / f"rm-pointwise-{value_digest(cfg, runtime, policy_dir, data_md5, seed)}"
+    train, heldout = split_pairs(pairs, cfg.rm_eval_pairs, seed)  # held-out: human preferences only
+    if extra_pairs:
+        train += read_jsonl(extra_pairs, PreferencePair).rows
+    out = ws.models / f"rm-pointwise-{value_digest(cfg, runtime, policy_dir, data_md5, seed, extra_pairs)}"
     tags = {**(lineage or {}), STAGE_TAG: "rm-pointwise", DATA_MD5_TAG: data_md5,
             PARENT_VERSION_TAG: f"forge-policy/{policy_version}"}
     with start_stage_run("rm-pointwise", parent_run_id=parent_run_id, tags=tags) as run:

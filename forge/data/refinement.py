@@ -134,3 +134,16 @@ def refined_outputs(traces: list[RefinementTrace]) -> tuple[list[ChatSample], li
                                               parents=[t.source.id], prompt=history, chosen=t.final,
                                               rejected=t.draft))
     return rows, pairs
+
+
+def trace_to_dict(trace: RefinementTrace) -> dict[str, Any]:
+    """JSON-ready form of a trace (the source row as its schema dump), for the cached task's output file."""
+    return {"source": trace.source.model_dump(mode="json"), "history": trace.history, "draft": trace.draft,
+            "critiques": trace.critiques, "revisions": trace.revisions, "final": trace.final,
+            "reasoning": trace.reasoning}
+
+
+def trace_from_dict(data: dict[str, Any]) -> RefinementTrace:
+    return RefinementTrace(source=ChatSample.model_validate(data["source"]), history=data["history"],
+                           draft=data["draft"], critiques=data["critiques"], revisions=data["revisions"],
+                           final=data["final"], reasoning=data.get("reasoning", ""))
