@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 from transformers.trainer_callback import PrinterCallback
@@ -76,14 +77,39 @@ class CountingCollator:
     def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
         batch = self.inner(examples)
         if self.counting:
-            if "attention_mask" in batch:
-                self.real_tokens += int(batch["attention_mask"].sum())
-            else:  # padding-free: one flattened row; its sequences end where cu_seq_lens says, the rest is padding
-                self.real_tokens += int(batch["cu_seq_lens_q"][-1]) if "cu_seq_lens_q" in batch else batch[
-                    "input_ids"
-                ].numel()
+            self.real_tokens += sum(len(e["input_ids"]) for e in examples)  # rows arrive already truncated
             self.positions += batch["input_ids"].numel()
         return batch
+
+
+class PackedRowsCollator:
+    """Batches of packed rows (TRL best-fit-decreasing packing: each row holds several samples, ``seq_lengths``
+    says where each ends) kept as ``(batch, longest_row)`` with ``position_ids`` restarting at every sample.
+
+    Without an ``attention_mask`` transformers builds a block-causal mask from the restarts, so no sample sees
+    another. TRL's padding-free collator would instead flatten the whole batch into one row, which without
+    varlen (flash-attention) kernels makes attention cost grow with the square of the *batch's* tokens: on CPU
+    that is slower than padding. Rows are nearly full after best-fit packing, so little padding is left; the pad
+    tail gets its own positions and -100 labels. The first label of every sample is -100 too (nothing before it
+    in its own sample predicts it).
+    """
+
+    def __init__(self, pad_token_id: int) -> None:
+        self.pad = pad_token_id
+
+    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        width = max(len(e["input_ids"]) for e in examples)
+        ids = torch.full((len(examples), width), self.pad, dtype=torch.long)
+        labels = torch.full((len(examples), width), -100, dtype=torch.long)
+        positions = torch.zeros((len(examples), width), dtype=torch.long)
+        for row, e in enumerate(examples):
+            n = len(e["input_ids"])
+            ids[row, :n] = torch.tensor(e["input_ids"])
+            labels[row, :n] = torch.tensor(e.get("labels", e["input_ids"]))
+            lengths = [*e.get("seq_lengths", [n]), *([width - n] if width > n else [])]
+            positions[row] = torch.cat([torch.arange(k) for k in lengths])
+        labels[positions == 0] = -100
+        return {"input_ids": ids, "labels": labels, "position_ids": positions}
 
 
 def build_sft_trainer(
@@ -126,14 +152,14 @@ def build_sft_trainer(
         train_dataset=train_ds,
         eval_dataset=eval_ds,
         processing_class=tokenizer,
-        # Packing (TRL's best-fit-decreasing) runs padding-free: TRL builds its own collator (it refuses a custom
-        # one) that flattens a batch into one row with position_ids; Llama's SDPA mask then stays block-causal per
-        # packed sample. The counter wraps whichever collator is in use, so padding is measured either way.
+        # With packing TRL refuses a custom collator at construction (it wants its padding-free one), so the
+        # packed-rows collator is swapped in right after; the counter measures padding either way.
         data_collator=None if sft.packing else CountingCollator(tokenizer.pad_token_id),
         callbacks=[ForwardMetrics(log_metrics, prefix=f"sft/{stage.name}/")],
     )
     if sft.packing:
-        trainer.data_collator = CountingCollator(tokenizer.pad_token_id, inner=trainer.data_collator)
+        pad = tokenizer.pad_token_id
+        trainer.data_collator = CountingCollator(pad, inner=PackedRowsCollator(pad))
     trainer.remove_callback(PrinterCallback)
     return trainer
 

@@ -1,4 +1,4 @@
-"""SFT packing (padding-free, TRL best-fit-decreasing): no padding in the training batches, the same per-turn loss
+"""SFT packing (TRL best-fit-decreasing, position_ids restarting per sample): almost no padding in the batches, the same per-turn loss
 masks, and no attention across packed samples (the packed loss equals the per-sample losses on the same rows)."""
 
 from __future__ import annotations
@@ -51,26 +51,27 @@ def test_packed_loss_equals_per_sample_loss(base_dir, rows, tmp_path):
     packed = build_sft_trainer(base_dir, rows[0], rows[1], STAGE, SFTConfig(curriculum=[STAGE], packing=True), RUNTIME,
                                tmp_path / "p")
     batch = _first_batch(packed)
-    assert batch["input_ids"].shape[0] == 1 and "position_ids" in batch  # one flattened row, positions restart
+    assert "attention_mask" not in batch and batch["position_ids"].shape == batch["input_ids"].shape
     model = packed.model.eval()
+    packed_nll, separate_nll, n, samples = 0.0, 0.0, 0, 0
     with torch.no_grad():
-        logits = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"]).logits[0]
-        labels, pos = batch["labels"][0], batch["position_ids"][0]
-        starts = [*(pos == 0).nonzero().flatten().tolist(), len(pos)]
-        packed_nll, separate_nll, n = 0.0, 0.0, 0
-        for a, b in itertools.pairwise(starts):
-            seg_labels = labels[a:b]
-            seg_logits = model(input_ids=batch["input_ids"][:, a:b]).logits[0]
-            keep = seg_labels[1:] != -100
-            if not keep.any():
-                continue
-            lp_packed = torch.log_softmax(logits[a : b - 1], -1)[keep]
-            lp_alone = torch.log_softmax(seg_logits[:-1], -1)[keep]
-            target = seg_labels[1:][keep]
-            packed_nll -= lp_packed.gather(1, target[:, None]).sum().item()
-            separate_nll -= lp_alone.gather(1, target[:, None]).sum().item()
-            n += int(keep.sum())
-    assert len(starts) > 3 and n > 0  # several samples in one row
+        logits = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"]).logits
+        for row in range(batch["input_ids"].shape[0]):
+            labels, pos = batch["labels"][row], batch["position_ids"][row]
+            starts = [*(pos == 0).nonzero().flatten().tolist(), len(pos)]
+            for a, b in itertools.pairwise(starts):
+                keep = labels[a + 1 : b] != -100
+                if not keep.any():
+                    continue
+                samples += 1
+                alone = model(input_ids=batch["input_ids"][row : row + 1, a:b]).logits[0]
+                target = labels[a + 1 : b][keep]
+                lp_packed = torch.log_softmax(logits[row, a : b - 1], -1)[keep]
+                lp_alone = torch.log_softmax(alone[:-1], -1)[keep]
+                packed_nll -= lp_packed.gather(1, target[:, None]).sum().item()
+                separate_nll -= lp_alone.gather(1, target[:, None]).sum().item()
+                n += int(keep.sum())
+    assert samples > batch["input_ids"].shape[0]  # rows hold several samples each
     assert packed_nll / n == pytest.approx(separate_nll / n, rel=1e-4)
 
 
@@ -80,6 +81,6 @@ def test_packing_removes_padding_and_trains(base_dir, rows, tmp_path):
         sft = SFTConfig(curriculum=[STAGE], packing=packing, save_steps=100)
         results[packing] = run_sft_stage(base_dir, rows[0], rows[1], STAGE, sft, RUNTIME, tmp_path / f"out-{packing}")
     assert results[False].padding_fraction > 0.2  # lengths 40–640 characters padded to the longest in a batch
-    assert results[True].padding_fraction == 0.0
+    assert results[True].padding_fraction < 0.1  # best-fit rows are nearly full
     assert results[True].tokens > results[False].tokens  # same steps, more real tokens per step
     assert results[True].eval_loss_after < results[True].eval_loss_before
