@@ -3,8 +3,9 @@
     forge run --profile tiny          # from the command line (what `make run` does)
     python -m flows.recipe            # the same, without the CLI
 
-Stages (DESIGN.md): 0 base model → data mix (DVC) → SFT curriculum → evaluation → promotion. Later issues add
-deep-search and code data, the RL stages and more eval suites as further subflows between these.
+Stages (DESIGN.md): 0 base model → data mix (DVC) → SFT curriculum → point-wise RL → pair-wise RL → evaluation →
+promotion. Later issues add deep-search and code data, the code and agentic RL stages and more eval suites as
+further subflows between these.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from flows._progress import RunSummary, run_stage, set_summary
 from flows.base import base_flow
 from flows.data import data_flow
 from flows.evaluate import evaluate_flow
+from flows.rl import rl_flow
 from flows.sft import sft_flow
 from forge.config import RecipeConfig, load_profile
 from forge.workspace import Workspace
@@ -51,10 +53,12 @@ def recipe(profile: str = "tiny", config: RecipeConfig | None = None) -> dict:
             base = base_flow(cfg, parent_run_id=parent, lineage=lineage)
             data = data_flow(cfg, base["tokenizer_dir"], parent_run_id=parent, lineage=lineage)
             sft = sft_flow(cfg, base, data, parent_run_id=parent, lineage=lineage)
+            # §2.1.2–2.1.3: point-wise then pair-wise RL; the final RL policy is the release candidate.
+            policy = rl_flow(cfg, base, sft, data, parent_run_id=parent, lineage=lineage)
             metrics = evaluate_flow(
-                cfg, sft["model_dir"], "forge-policy", sft["version"], parent_run_id=parent, lineage=lineage
+                cfg, policy["model_dir"], "forge-policy", policy["version"], parent_run_id=parent, lineage=lineage
             )
-            release = run_stage("promote", promote_task, "forge-policy", sft["version"], cfg.promotion)
+            release = run_stage("promote", promote_task, "forge-policy", policy["version"], cfg.promotion)
             summary.finish("completed")
         except BaseException:
             summary.finish("failed")
@@ -64,9 +68,10 @@ def recipe(profile: str = "tiny", config: RecipeConfig | None = None) -> dict:
     return {
         "flow_run_id": flow_run_id,
         "mlflow_run_id": run.info.run_id,
-        "policy_version": sft["version"],
+        "policy_version": policy["version"],
+        "sft_version": sft["version"],
         "data_md5": data["data_md5"],
-        "metrics": {**sft["metrics"], **metrics},
+        "metrics": {**sft["metrics"], **policy["metrics"], **metrics},
         "release": release,
         "seconds": round(time.time() - started, 1),
         "stages": summary.data["stages"],

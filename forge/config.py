@@ -159,6 +159,19 @@ class PointwiseRLConfig(Strict):
     max_steps: int = Field(200, ge=1)
     rm_max_steps: int = Field(500, ge=1)
     overlong_truncation_target: float = Field(0.0038, description="§2.1.2 reports 5.27% → 0.38% overlong.")
+    # Added by issue 5 (reward model + GRPO builders in forge/training/{reward_model,grpo}.py).
+    rm_learning_rate: float = Field(1e-5, gt=0, description="Reward-model learning rate.")
+    rm_batch_size: int = Field(8, ge=1, description="Preference pairs per reward-model step.")
+    rm_max_length: int = Field(4096, ge=16, description="Tokens of prompt + answer the RM reads (left-truncated).")
+    rm_eval_pairs: int = Field(200, ge=8, description="Held-out preference pairs for the RM's pair accuracy.")
+    max_prompt_length: int = Field(4096, ge=16, description="Prompt tokens given to the policy (left-truncated).")
+    max_prompts: int = Field(4096, ge=1, description="RL prompts drawn from the SFT mix.")
+    per_device_batch_size: int = Field(8, ge=1, description="Completions per device per GRPO step.")
+    steps_per_generation: int = Field(1, ge=1, description="Optimiser steps per generation batch (TRL).")
+    temperature: float = Field(1.0, gt=0, description="Rollout sampling temperature.")
+    loss_type: str = Field("dapo", description="TRL GRPO loss type.")
+    save_steps: int = Field(50, ge=1, description="Trainer checkpoint interval: a killed stage resumes here.")
+    use_vllm: bool = Field(False, description="Rollouts through vLLM inside TRL (generation.vllm.trl_mode).")
 
 
 class PairwiseRLConfig(Strict):
@@ -171,6 +184,23 @@ class PairwiseRLConfig(Strict):
     rm_max_steps: int = Field(500, ge=1)
     win_reward: float = 1.0
     loss_reward: float = 0.0
+    # Added by issue 5 (forge/training/pairwise_rm.py and the pairwise GRPO stage).
+    learning_rate: float = Field(1e-6, gt=0, description="Pairwise GRPO policy learning rate.")
+    max_completion_length: int = Field(32_768, ge=8)
+    rm_learning_rate: float = Field(1e-5, gt=0)
+    rm_batch_size: int = Field(8, ge=1)
+    rm_max_length: int = Field(8192, ge=32, description="Tokens of history + both answers (left-truncated).")
+    rm_eval_pairs: int = Field(200, ge=8)
+    pair_prompts: int = Field(2000, ge=8, description="Prompts answered by the strong and the weak checkpoint.")
+    pair_max_new_tokens: int = Field(1024, ge=8, description="Answer length of the strong/weak generations.")
+    max_prompt_length: int = Field(4096, ge=16, description="Prompt tokens (whole history); longer ones skipped.")
+    min_pairs: int = Field(8, ge=2, description="Fewest checklist-kept pairs the RM may be trained on.")
+    max_prompts: int = Field(4096, ge=1, description="RL prompts (with reference answers) from the SFT mix.")
+    per_device_batch_size: int = Field(8, ge=1)
+    steps_per_generation: int = Field(1, ge=1, description="Optimiser steps per generation batch (TRL).")
+    temperature: float = Field(1.0, gt=0)
+    save_steps: int = Field(50, ge=1)
+    use_vllm: bool = Field(False, description="Rollouts through vLLM inside TRL (generation.vllm.trl_mode).")
 
 
 class CodeRLConfig(Strict):
@@ -307,6 +337,19 @@ class PromotionConfig(Strict):
     lower_is_better: list[str] = Field(default_factory=lambda: ["sft_heldout_loss"])
 
 
+class RefinementConfig(Strict):
+    """§2.1.1 Solution Refinement (critique → revision, ``sft.solution_refinement_iterations`` rounds) and CoT
+    Reconstruction, run on SFT answers; the refined-over-draft pairs join the point-wise RM's preference data.
+    Off by default: worth running with a teacher endpoint (``generation.openai_base_url``) or a capable policy."""
+
+    enabled: bool = Field(False, description="Run refinement + CoT reconstruction before the point-wise RM.")
+    items: int = Field(1000, ge=1, description="SFT answers to refine.")
+    domains: list[str] = Field(default_factory=lambda: ["general", "stem", "code"])
+    max_new_tokens: int = Field(1024, ge=8)
+    max_prompt_length: int = Field(4096, ge=16)
+    temperature: float = Field(0.0, ge=0)
+
+
 class RecipeConfig(Strict):
     profile: str = "tiny"
     seed: int = 0
@@ -316,6 +359,7 @@ class RecipeConfig(Strict):
     sft: SFTConfig = SFTConfig()
     pointwise_rl: PointwiseRLConfig = PointwiseRLConfig()
     pairwise_rl: PairwiseRLConfig = PairwiseRLConfig()
+    refinement: RefinementConfig = RefinementConfig()
     code_rl: CodeRLConfig = CodeRLConfig()
     code_data: CodeDataConfig = CodeDataConfig()
     deep_search: DeepSearchConfig = DeepSearchConfig()

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 from transformers.trainer_callback import PrinterCallback
@@ -67,8 +68,8 @@ class CountingCollator:
     ``(batch, longest_in_batch)``, labels padded with -100.
     """
 
-    def __init__(self, pad_token_id: int) -> None:
-        self.inner = DataCollatorForLanguageModeling(pad_token_id=pad_token_id)
+    def __init__(self, pad_token_id: int, inner: Any = None) -> None:
+        self.inner = inner or DataCollatorForLanguageModeling(pad_token_id=pad_token_id)
         self.counting = True
         self.real_tokens = 0
         self.positions = 0
@@ -76,9 +77,39 @@ class CountingCollator:
     def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
         batch = self.inner(examples)
         if self.counting:
-            self.real_tokens += int(batch["attention_mask"].sum())
-            self.positions += batch["attention_mask"].numel()
+            self.real_tokens += sum(len(e["input_ids"]) for e in examples)  # rows arrive already truncated
+            self.positions += batch["input_ids"].numel()
         return batch
+
+
+class PackedRowsCollator:
+    """Batches of packed rows (TRL best-fit-decreasing packing: each row holds several samples, ``seq_lengths``
+    says where each ends) kept as ``(batch, longest_row)`` with ``position_ids`` restarting at every sample.
+
+    Without an ``attention_mask`` transformers builds a block-causal mask from the restarts, so no sample sees
+    another. TRL's padding-free collator would instead flatten the whole batch into one row, which without
+    varlen (flash-attention) kernels makes attention cost grow with the square of the *batch's* tokens: on CPU
+    that is slower than padding. Rows are nearly full after best-fit packing, so little padding is left; the pad
+    tail gets its own positions and -100 labels. The first label of every sample is -100 too (nothing before it
+    in its own sample predicts it).
+    """
+
+    def __init__(self, pad_token_id: int) -> None:
+        self.pad = pad_token_id
+
+    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        width = max(len(e["input_ids"]) for e in examples)
+        ids = torch.full((len(examples), width), self.pad, dtype=torch.long)
+        labels = torch.full((len(examples), width), -100, dtype=torch.long)
+        positions = torch.zeros((len(examples), width), dtype=torch.long)
+        for row, e in enumerate(examples):
+            n = len(e["input_ids"])
+            ids[row, :n] = torch.tensor(e["input_ids"])
+            labels[row, :n] = torch.tensor(e.get("labels", e["input_ids"]))
+            lengths = [*e.get("seq_lengths", [n]), *([width - n] if width > n else [])]
+            positions[row] = torch.cat([torch.arange(k) for k in lengths])
+        labels[positions == 0] = -100
+        return {"input_ids": ids, "labels": labels, "position_ids": positions}
 
 
 def build_sft_trainer(
@@ -121,9 +152,14 @@ def build_sft_trainer(
         train_dataset=train_ds,
         eval_dataset=eval_ds,
         processing_class=tokenizer,
-        data_collator=CountingCollator(tokenizer.pad_token_id),
+        # With packing TRL refuses a custom collator at construction (it wants its padding-free one), so the
+        # packed-rows collator is swapped in right after; the counter measures padding either way.
+        data_collator=None if sft.packing else CountingCollator(tokenizer.pad_token_id),
         callbacks=[ForwardMetrics(log_metrics, prefix=f"sft/{stage.name}/")],
     )
+    if sft.packing:
+        pad = tokenizer.pad_token_id
+        trainer.data_collator = CountingCollator(pad, inner=PackedRowsCollator(pad))
     trainer.remove_callback(PrinterCallback)
     return trainer
 
@@ -235,3 +271,21 @@ def run_sft_curriculum(
             results.append(run_sft_stage(model_dir, train_rows, eval_rows, stage, sft, runtime, out_dir, log_metrics))
         model_dir = out_dir
     return results
+
+
+def heldout_chat_loss(
+    model_dir: Path,
+    eval_rows: list[ChatSample],
+    stage: SFTStageConfig,
+    sft: SFTConfig,
+    runtime: TrainingRuntimeConfig,
+    work_dir: Path,
+) -> float:
+    """Held-out chat loss of any policy checkpoint, measured exactly as the SFT stages measure it (same rows,
+    same masks, ``stage.max_length``), so RL checkpoints carry a ``sft_heldout_loss`` the promotion gate can
+    compare with an SFT champion's."""
+    trainer = build_sft_trainer(Path(model_dir), eval_rows, eval_rows, stage, sft, runtime, Path(work_dir))
+    try:
+        return _evaluate(trainer)
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)

@@ -23,7 +23,8 @@ from forge.workspace import REPO_ROOT
 pytestmark = pytest.mark.slow
 PROFILE = REPO_ROOT / "tests" / "profiles" / "ci.yaml"
 FORGE = str(Path(sys.executable).parent / "forge")
-TRAINING_STAGES = ("pretrain", "sft-1-ctx-128", "sft-2-ctx-256", "sft-3-ctx-512")
+TRAINING_STAGES = ("pretrain", "sft-1-ctx-128", "sft-2-ctx-256", "sft-3-ctx-512", "rm-pointwise", "grpo-pointwise",
+                   "rm-pairwise", "grpo-pairwise")
 
 
 def _env(root: Path) -> dict[str, str]:
@@ -165,4 +166,26 @@ def test_sft_run_carries_lineage(scenario):
     assert flow_ids & {r.data.tags["forge.flow_run_id"] for r in runs}
     version = client.get_model_version_by_alias("forge-policy", "champion")
     assert version.tags["forge.data_md5"] == runs[0].data.tags["forge.data_md5"]
-    assert version.tags["forge.stage"] == "sft" and version.tags["forge.parent_version"].startswith("forge-base/")
+
+
+def test_champion_is_the_final_rl_policy_with_lineage(scenario):
+    """champion = pair-wise GRPO policy → point-wise GRPO policy → SFT policy → base; both RMs registered."""
+    import mlflow
+
+    uri = f"sqlite:///{scenario['root'] / '.forge' / 'mlflow' / 'mlflow.db'}"
+    client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
+    version = client.get_model_version_by_alias("forge-policy", "champion")
+    chain = []
+    while True:
+        chain.append(version.tags["forge.stage"])
+        name, number = version.tags["forge.parent_version"].split("/")
+        if name != "forge-policy":
+            break
+        version = client.get_model_version(name, number)
+    assert chain == ["grpo-pairwise", "grpo-pointwise", "sft"] and name == "forge-base"
+    for rm in ("forge-rm-pointwise", "forge-rm-pairwise"):
+        versions = client.search_model_versions(f"name = '{rm}'")
+        assert versions and versions[0].tags["forge.parent_version"].startswith("forge-policy/")
+    stages = scenario["after_resume"]["stages"]
+    assert all(stages[s]["state"] == "completed" for s in ("rm-pointwise", "grpo-pointwise", "rm-pairwise",
+                                                           "grpo-pairwise"))

@@ -1,0 +1,338 @@
+"""GRPO builders shared by the point-wise (§2.1.2) and pair-wise (§2.1.3) RL stages, with TRL's ``GRPOTrainer``.
+
+What is Forge's here: the prompt set (single-turn and multi-turn conversations from the SFT mix, each with its
+reference answer), the reward callables (:class:`PointwiseRMReward` scores a rollout with the frozen point-wise
+RM; :mod:`forge.training.pairwise_rm` provides the "beats the reference" reward), the per-step health metrics
+the paper watches (overlong truncation 5.27% → 0.38%, repetition) and the mapping from Forge's profile to a
+``GRPOConfig`` — the same function builds the CPU and the GPU (vLLM colocate, bf16) configs.
+
+Reward functions follow TRL's signature ``r(prompts, completions, completion_ids, **kwargs) -> list[float]``;
+conversational completions arrive as ``[{"role": "assistant", "content": text}]``.
+
+    prompts = build_rl_prompts(mix_rows, tokenizer, max_prompts=64, max_prompt_tokens=96, seed=0)
+    reward = PointwiseRMReward(RewardScorer(rm_dir), max_completion_length=64)
+    result = run_grpo(policy_dir, prompts, [reward], grpo_settings(cfg.pointwise_rl), cfg.runtime, out_dir)
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase, TrainerCallback
+from transformers.trainer_callback import PrinterCallback
+from trl import GRPOConfig, GRPOTrainer
+
+from forge.config import GenerationConfig, PairwiseRLConfig, PointwiseRLConfig, TrainingRuntimeConfig
+from forge.data.schemas import ChatSample
+from forge.training.checkpoints import (
+    ForwardMetrics,
+    MetricsLogger,
+    apply_runtime,
+    common_trainer_args,
+    find_resume_checkpoint,
+    save_atomically,
+    work_dir_for,
+)
+from forge.training.tokenizer import render_chat
+
+logger = logging.getLogger(__name__)
+
+Chat = list[dict[str, Any]]
+
+
+# --- prompts ------------------------------------------------------------------------------------------------
+
+
+def prompt_and_reference(sample: ChatSample) -> tuple[Chat, str] | None:
+    """The conversation up to its last assistant answer (whole history: §2.1.3 multi-turn) and that answer.
+
+    Only plain-text exchanges qualify (no tools, no tool calls): the RMs judge chat answers, and the agentic
+    stages handle tool use. Returns None for samples that do not end in a trained text answer.
+    """
+    if sample.tools or any(m.role == "tool" or m.tool_calls for m in sample.messages):
+        return None
+    last = sample.messages[-1]
+    if last.role != "assistant" or not last.content or not last.loss:
+        return None
+    history = [{"role": m.role, "content": m.content} for m in sample.messages[:-1]]
+    if not history or history[-1]["role"] != "user":
+        return None
+    return history, last.content
+
+
+def build_rl_prompts(
+    rows: Sequence[ChatSample],
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    max_prompts: int,
+    max_prompt_tokens: int,
+    seed: int,
+    domains: Sequence[str] | None = None,
+) -> list[dict[str, Any]]:
+    """RL prompts ``{"prompt": chat, "reference": answer, "domain": ...}`` from SFT rows, seeded order.
+
+    Prompts longer than ``max_prompt_tokens`` (rendered with the generation header) are skipped: TRL 1.16 has
+    no prompt truncation, and a cut prompt would lose the question.
+    """
+    out: list[dict[str, Any]] = []
+    order = list(rows)
+    random.Random(f"{seed}:rl-prompts").shuffle(order)
+    for sample in order:
+        if domains and sample.domain not in domains:
+            continue
+        pr = prompt_and_reference(sample)
+        if pr is None:
+            continue
+        history, reference = pr
+        text, _ = render_chat(tokenizer, history, add_generation_prompt=True)
+        if len(tokenizer(text, add_special_tokens=False)["input_ids"]) > max_prompt_tokens:
+            continue
+        out.append({"prompt": history, "reference": reference, "domain": sample.domain})
+        if len(out) >= max_prompts:
+            break
+    return out
+
+
+# --- rollout health metrics -----------------------------------------------------------------------------------
+
+
+def completion_text(completion: Any) -> str:
+    """Text of a TRL completion: a string, or a conversational ``[{"role": "assistant", "content": ...}]``."""
+    if isinstance(completion, str):
+        return completion
+    return "".join(m.get("content") or "" for m in completion if m.get("role", "assistant") == "assistant")
+
+
+def repetition_fraction(text: str, n: int = 4) -> float:
+    """Share of the word ``n``-grams in ``text`` that repeat an earlier one (0 = no repetition, →1 = a loop)."""
+    words = text.split()
+    grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
+    if not grams:
+        return 0.0
+    return 1.0 - len(set(grams)) / len(grams)
+
+
+def is_repetitive(text: str, threshold: float = 0.3) -> bool:
+    """A completion counts as repetitive when more than ``threshold`` of its 4-grams are repeats."""
+    return repetition_fraction(text) > threshold
+
+
+def is_overlong(ids: Sequence[int], max_completion_length: int, stop_ids: Sequence[int]) -> bool:
+    """Truncated at the length limit: the budget is used up and the last token is not an end-of-turn token."""
+    return len(ids) >= max_completion_length and (not ids or ids[-1] not in stop_ids)
+
+
+class RolloutStats:
+    """Per-call health metrics of a batch of rollouts, reported through TRL's ``log_metric`` hook."""
+
+    def __init__(self, max_completion_length: int, stop_ids: Sequence[int]) -> None:
+        self.max_completion_length = max_completion_length
+        self.stop_ids = list(stop_ids)
+
+    def __call__(self, texts: list[str], completion_ids: list[list[int]] | None, log_metric: Callable | None) -> None:
+        if log_metric is None:
+            return
+        log_metric("repetition_rate", sum(is_repetitive(t) for t in texts) / max(1, len(texts)))
+        if completion_ids is not None:
+            over = sum(is_overlong(ids, self.max_completion_length, self.stop_ids) for ids in completion_ids)
+            log_metric("overlong_rate", over / max(1, len(completion_ids)))
+
+
+class PointwiseRMReward:
+    """GRPO reward = the frozen point-wise RM's score of (prompt history + rollout) (§2.1.2).
+
+    Args:
+        scorer: a :class:`forge.training.reward_model.RewardScorer` (or anything with ``score(histories, answers)``).
+        max_completion_length: GRPO's completion budget, to count overlong (truncated) rollouts.
+        stop_ids: token ids that end a turn.
+    """
+
+    __name__ = "rm_pointwise"
+
+    def __init__(self, scorer: Any, max_completion_length: int, stop_ids: Sequence[int] = ()) -> None:
+        self.scorer = scorer
+        self.stats = RolloutStats(max_completion_length, stop_ids)
+
+    def __call__(self, prompts: list[Chat], completions: list[Any], completion_ids=None, log_metric=None, **kwargs):
+        texts = [completion_text(c) for c in completions]
+        self.stats(texts, completion_ids, log_metric)
+        return self.scorer.score([list(p) for p in prompts], texts)
+
+
+# --- trainer --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GRPOSettings:
+    """The GRPO knobs both RL stages share (read from PointwiseRLConfig or PairwiseRLConfig)."""
+
+    num_generations: int
+    max_completion_length: int
+    learning_rate: float
+    max_steps: int
+    per_device_batch_size: int
+    temperature: float
+    save_steps: int
+    beta: float = 0.0
+    loss_type: str = "dapo"
+    steps_per_generation: int = 1
+    use_vllm: bool = False
+    seed: int = 0
+
+
+def grpo_settings(cfg: PointwiseRLConfig | PairwiseRLConfig, seed: int = 0) -> GRPOSettings:
+    return GRPOSettings(
+        num_generations=cfg.num_generations,
+        max_completion_length=cfg.max_completion_length,
+        learning_rate=cfg.learning_rate,
+        max_steps=cfg.max_steps,
+        per_device_batch_size=cfg.per_device_batch_size,
+        temperature=cfg.temperature,
+        save_steps=cfg.save_steps,
+        beta=getattr(cfg, "beta", 0.0),
+        loss_type=getattr(cfg, "loss_type", "dapo"),
+        steps_per_generation=getattr(cfg, "steps_per_generation", 1),
+        use_vllm=getattr(cfg, "use_vllm", False),
+        seed=seed,
+    )
+
+
+def build_grpo_config(
+    s: GRPOSettings,
+    runtime: TrainingRuntimeConfig,
+    work_dir: Path,
+    generation: GenerationConfig | None = None,
+) -> GRPOConfig:
+    """TRL's ``GRPOConfig`` from Forge's settings; every default that bites on CPU set explicitly (STACK.md).
+
+    With ``s.use_vllm`` the rollouts run in vLLM inside the training processes (TRL colocate mode) sized by
+    ``generation.vllm``; building the config imports nothing from vLLM, so a CPU test can validate a GPU profile.
+    """
+    if (s.per_device_batch_size * s.steps_per_generation) % s.num_generations:
+        raise ValueError(
+            f"per_device_batch_size × steps_per_generation ({s.per_device_batch_size} × {s.steps_per_generation}) "
+            f"must be divisible by num_generations ({s.num_generations})"
+        )
+    vllm: dict[str, Any] = {"use_vllm": False}
+    if s.use_vllm:
+        v = (generation or GenerationConfig()).vllm
+        vllm = {
+            "use_vllm": True,
+            "vllm_mode": v.trl_mode,
+            "vllm_gpu_memory_utilization": v.gpu_memory_utilization,
+            "vllm_tensor_parallel_size": v.tensor_parallel_size,
+            "vllm_max_model_length": v.max_model_len,
+            "vllm_enable_sleep_mode": v.trl_mode == "colocate",
+        }
+    args = common_trainer_args(work_dir, runtime, seed=s.seed, save_steps=s.save_steps)
+    args["lr_scheduler_type"] = "constant"  # a short RL run should not spend half its steps at a decayed rate
+    return GRPOConfig(
+        **args,
+        max_steps=s.max_steps,
+        learning_rate=s.learning_rate,
+        per_device_train_batch_size=s.per_device_batch_size,
+        steps_per_generation=s.steps_per_generation,
+        num_generations=s.num_generations,
+        max_completion_length=s.max_completion_length,
+        temperature=s.temperature,
+        top_p=1.0,
+        beta=s.beta,
+        loss_type=s.loss_type,
+        logging_steps=1,  # one record per step: the reward curve the tests and MLflow read
+        log_completions=False,
+        **vllm,
+    )
+
+
+@dataclass
+class GRPOResult:
+    out_dir: Path
+    curve: list[dict[str, float]] = field(default_factory=list)  # one record per step
+    steps: int = 0
+    seconds: float = 0.0
+    resumed_from_step: int | None = None
+
+    def series(self, key: str) -> tuple[list[int], list[float]]:
+        pts = [(int(r["step"]), float(r[key])) for r in self.curve if key in r]
+        return [p[0] for p in pts], [p[1] for p in pts]
+
+    def window_mean(self, key: str, start: float, end: float) -> float:
+        """Mean of ``key`` over the steps in the fractional window ``[start, end)`` of the run."""
+        _, values = self.series(key)
+        n = len(values)
+        lo = round(start * n)
+        hi = max(lo + 1, round(end * n))
+        window = values[lo:hi]
+        return sum(window) / len(window) if window else float("nan")
+
+
+class _StepRecords(TrainerCallback):
+    """Keeps every per-step GRPO log record (reward, clipped ratio, our metrics)."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, float]] = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "reward" in logs:
+            self.records.append({"step": state.global_step, **{k: v for k, v in logs.items() if isinstance(v, float | int)}})
+
+
+def run_grpo(
+    policy_dir: Path,
+    prompts: list[dict[str, Any]],
+    reward_funcs: list[Callable],
+    settings: GRPOSettings,
+    runtime: TrainingRuntimeConfig,
+    out_dir: Path,
+    *,
+    stage: str = "grpo",
+    generation: GenerationConfig | None = None,
+    log_metrics: MetricsLogger | None = None,
+) -> GRPOResult:
+    """GRPO from the policy in ``policy_dir`` over ``prompts``; the trained policy is written to ``out_dir``.
+
+    A checkpoint left in the work dir by a killed run is resumed (the per-step curve then starts there).
+    """
+    start = time.monotonic()
+    apply_runtime(runtime)
+    out_dir = Path(out_dir)
+    work_dir = work_dir_for(out_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(policy_dir)
+    model = AutoModelForCausalLM.from_pretrained(policy_dir)
+    model.config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    # Stop at the end of the assistant turn (the tokenizer's eos is <|im_end|>).
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    records = _StepRecords()
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward_funcs,
+        args=build_grpo_config(settings, runtime, work_dir, generation),
+        train_dataset=Dataset.from_list(prompts),
+        processing_class=tokenizer,
+        callbacks=[records, ForwardMetrics(log_metrics, prefix=f"{stage}/")],
+    )
+    trainer.remove_callback(PrinterCallback)
+    resume = find_resume_checkpoint(work_dir)
+    if resume:
+        logger.info("%s: resuming from %s", stage, resume)
+    logger.info("%s: %d prompts × %d rollouts, %d steps", stage, len(prompts), settings.num_generations, settings.max_steps)
+    trainer.train(resume_from_checkpoint=resume)
+    save_atomically(trainer.model, tokenizer, out_dir)
+    shutil.rmtree(work_dir, ignore_errors=True)
+    return GRPOResult(
+        out_dir=out_dir,
+        curve=records.records,
+        steps=trainer.state.global_step,
+        seconds=time.monotonic() - start,
+        resumed_from_step=int(Path(resume).name.split("-")[-1]) if resume else None,
+    )

@@ -1,0 +1,242 @@
+"""Stage 4a: the point-wise (general) reward model, a Bradley–Terry scorer on preference pairs (§2.1.2).
+
+A sequence-classification head (one logit) on the policy's own backbone reads a conversation that ends with
+one assistant answer and returns a scalar score. Training minimises the Bradley–Terry loss
+``-log σ(r(prompt, chosen) − r(prompt, rejected))`` with TRL's ``RewardTrainer``. Conversations are rendered
+with Forge's chat template and tokenized here (``chosen_ids``/``rejected_ids`` columns), so the RM sees exactly
+the text the policy writes; long conversations are cut from the left, because the answer at the end is what is
+being judged and Llama's classification head reads the last token.
+
+Pairs come from HH-RLHF (``data/pools/preferences.jsonl``) plus pairs Forge makes itself (a refined answer
+over its unrefined draft, :mod:`forge.data.refinement`).
+
+    result = train_reward_model(policy_dir, train_pairs, eval_pairs, cfg.pointwise_rl, cfg.runtime, out_dir)
+    scorer = RewardScorer(out_dir)             # frozen; scores chats for GRPO
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from datasets import Dataset
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedTokenizerBase
+from transformers.trainer_callback import PrinterCallback
+from trl import RewardConfig, RewardTrainer
+
+from forge.config import PointwiseRLConfig, TrainingRuntimeConfig
+from forge.data.schemas import Message, PreferencePair
+from forge.training.checkpoints import (
+    ForwardMetrics,
+    MetricsLogger,
+    apply_runtime,
+    common_trainer_args,
+    find_resume_checkpoint,
+    save_atomically,
+    work_dir_for,
+)
+from forge.training.tokenizer import render_chat
+
+logger = logging.getLogger(__name__)
+
+Chat = list[dict[str, Any]]
+
+
+def prompt_dicts(prompt: list[Message]) -> Chat:
+    """HF chat dicts of a pair's prompt (the history before the judged answer)."""
+    out: Chat = []
+    for m in prompt:
+        d: dict[str, Any] = {"role": m.role, "content": m.content}
+        if m.reasoning:
+            d["reasoning_content"] = m.reasoning
+        out.append(d)
+    return out
+
+
+def encode_scored_chat(tokenizer: PreTrainedTokenizerBase, history: Chat, answer: str, max_length: int) -> list[int]:
+    """Token ids of ``history`` + one assistant ``answer``, keeping the last ``max_length`` tokens.
+
+    The answer is given as the text the policy generated (``<think>`` block included, if any), so it is placed
+    verbatim as the assistant content.
+    """
+    text, _ = render_chat(tokenizer, [*history, {"role": "assistant", "content": answer}])
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return ids[-max_length:]
+
+
+def tokenize_pairs(tokenizer: PreTrainedTokenizerBase, pairs: list[PreferencePair], max_length: int) -> Dataset:
+    """``chosen_ids`` / ``rejected_ids`` columns for TRL's ``RewardTrainer`` (pre-tokenized: it skips its own)."""
+    chosen, rejected = [], []
+    for pair in pairs:
+        history = prompt_dicts(pair.prompt)
+        chosen.append(encode_scored_chat(tokenizer, history, pair.chosen, max_length))
+        rejected.append(encode_scored_chat(tokenizer, history, pair.rejected, max_length))
+    return Dataset.from_dict({"chosen_ids": chosen, "rejected_ids": rejected})
+
+
+def load_reward_model(model_dir: str | Path):
+    """``(model, tokenizer)``: a one-logit sequence classifier on the checkpoint's backbone.
+
+    From a causal-LM checkpoint the score head is new (initialised by transformers); from a saved RM it is the
+    trained head. ``pad_token_id`` must be set: Llama's classifier reads the last non-pad position.
+    """
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=1)
+    model.config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer
+
+
+@torch.inference_mode()
+def score_ids(model, pad_token_id: int, sequences: list[list[int]], batch_size: int = 16) -> list[float]:
+    """Scores of already-tokenized sequences, right-padded in batches; returns one float per sequence."""
+    model.eval()
+    device = next(model.parameters()).device
+    scores: list[float] = []
+    for start in range(0, len(sequences), batch_size):
+        chunk = sequences[start : start + batch_size]
+        width = max(len(s) for s in chunk)
+        ids = torch.full((len(chunk), width), pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(chunk), width), dtype=torch.long)
+        for row, seq in enumerate(chunk):
+            ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+            mask[row, : len(seq)] = 1
+        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits  # (batch, 1)
+        scores.extend(logits[:, 0].float().tolist())
+    return scores
+
+
+def pair_accuracy(model, tokenizer, pairs: list[PreferencePair], max_length: int) -> float:
+    """Share of pairs whose chosen answer scores strictly above the rejected one (ties count as wrong)."""
+    if not pairs:
+        return float("nan")
+    ds = tokenize_pairs(tokenizer, pairs, max_length)
+    chosen = score_ids(model, tokenizer.pad_token_id, ds["chosen_ids"])
+    rejected = score_ids(model, tokenizer.pad_token_id, ds["rejected_ids"])
+    return sum(c > r for c, r in zip(chosen, rejected, strict=True)) / len(pairs)
+
+
+def split_pairs(pairs: list[PreferencePair], eval_pairs: int, seed: int) -> tuple[list, list]:
+    """Seeded split into (train, held-out); the held-out share is at most a third of the pairs."""
+    order = list(pairs)
+    random.Random(f"{seed}:rm-split").shuffle(order)
+    n_eval = min(eval_pairs, len(order) // 3)
+    return order[n_eval:], order[:n_eval]
+
+
+@dataclass
+class RewardModelResult:
+    out_dir: Path
+    accuracy_before: float
+    accuracy_after: float
+    train_curve: list[tuple[int, float]] = field(default_factory=list)
+    steps: int = 0
+    seconds: float = 0.0
+    train_pairs: int = 0
+    eval_pairs: int = 0
+    resumed_from_step: int | None = None
+
+
+def reward_config(cfg: PointwiseRLConfig, runtime: TrainingRuntimeConfig, work_dir: Path, seed: int = 0) -> RewardConfig:
+    """TRL's ``RewardConfig`` for the profile (bf16 / gradient checkpointing from ``runtime``)."""
+    return RewardConfig(
+        **common_trainer_args(work_dir, runtime, seed=seed, save_steps=cfg.save_steps),
+        max_steps=cfg.rm_max_steps,
+        learning_rate=cfg.rm_learning_rate,
+        per_device_train_batch_size=cfg.rm_batch_size,
+        warmup_steps=max(1, cfg.rm_max_steps // 20),
+        max_length=None,  # already cut from the left by tokenize_pairs; TRL would drop long pairs instead
+        logging_steps=max(1, min(10, cfg.rm_max_steps // 10)),
+        eval_strategy="no",
+    )
+
+
+def build_reward_trainer(
+    model_dir: Path,
+    train_pairs: list[PreferencePair],
+    cfg: PointwiseRLConfig,
+    runtime: TrainingRuntimeConfig,
+    work_dir: Path,
+    seed: int = 0,
+    log_metrics: MetricsLogger | None = None,
+) -> RewardTrainer:
+    """A ``RewardTrainer`` over pre-tokenized pairs, ready to ``train()``."""
+    apply_runtime(runtime)
+    model, tokenizer = load_reward_model(model_dir)
+    trainer = RewardTrainer(
+        model=model,
+        args=reward_config(cfg, runtime, work_dir, seed),
+        train_dataset=tokenize_pairs(tokenizer, train_pairs, cfg.rm_max_length),
+        processing_class=tokenizer,
+        callbacks=[ForwardMetrics(log_metrics, prefix="rm_pointwise/")],
+    )
+    trainer.remove_callback(PrinterCallback)
+    return trainer
+
+
+def train_reward_model(
+    model_dir: Path,
+    train_pairs: list[PreferencePair],
+    eval_pairs: list[PreferencePair],
+    cfg: PointwiseRLConfig,
+    runtime: TrainingRuntimeConfig,
+    out_dir: Path,
+    seed: int = 0,
+    log_metrics: MetricsLogger | None = None,
+) -> RewardModelResult:
+    """Train the Bradley–Terry RM from ``model_dir``'s backbone; write it to ``out_dir`` atomically.
+
+    Held-out pair accuracy is measured before (fresh head) and after training. A checkpoint left in the
+    work dir by a killed run is resumed.
+    """
+    start = time.monotonic()
+    out_dir = Path(out_dir)
+    work_dir = work_dir_for(out_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    trainer = build_reward_trainer(model_dir, train_pairs, cfg, runtime, work_dir, seed, log_metrics)
+    tokenizer = trainer.processing_class
+    before = pair_accuracy(trainer.model, tokenizer, eval_pairs, cfg.rm_max_length)
+    resume = find_resume_checkpoint(work_dir)
+    logger.info("rm-pointwise: %d train pairs, held-out accuracy %.3f before", len(train_pairs), before)
+    trainer.train(resume_from_checkpoint=resume)
+    after = pair_accuracy(trainer.model, tokenizer, eval_pairs, cfg.rm_max_length)
+    logger.info("rm-pointwise: %d steps, held-out accuracy %.3f after", trainer.state.global_step, after)
+    save_atomically(trainer.model, tokenizer, out_dir)
+    shutil.rmtree(work_dir, ignore_errors=True)
+    curve = [(int(r["step"]), float(r["loss"])) for r in trainer.state.log_history if "loss" in r]
+    return RewardModelResult(
+        out_dir=out_dir,
+        accuracy_before=before,
+        accuracy_after=after,
+        train_curve=curve,
+        steps=trainer.state.global_step,
+        seconds=time.monotonic() - start,
+        train_pairs=len(train_pairs),
+        eval_pairs=len(eval_pairs),
+        resumed_from_step=int(Path(resume).name.split("-")[-1]) if resume else None,
+    )
+
+
+class RewardScorer:
+    """A frozen point-wise RM that scores (history, answer) chats; what GRPO's reward function calls.
+
+    Args:
+        model_dir: a saved RM (``train_reward_model``'s output).
+        max_length: tokens read per chat (left-truncated).
+        batch_size: chats per forward pass.
+    """
+
+    def __init__(self, model_dir: str | Path, max_length: int = 1024, batch_size: int = 16) -> None:
+        self.model, self.tokenizer = load_reward_model(model_dir)
+        self.model.eval().requires_grad_(False)
+        self.max_length = max_length
+        self.batch_size = batch_size
+
+    def score(self, histories: list[Chat], answers: list[str]) -> list[float]:
+        seqs = [encode_scored_chat(self.tokenizer, h, a, self.max_length) for h, a in zip(histories, answers, strict=True)]
+        return score_ids(self.model, self.tokenizer.pad_token_id, seqs, self.batch_size)
