@@ -115,6 +115,52 @@ def _register_policy(out: Path, run_id: str, tags: dict, metrics: dict) -> str:
     return version
 
 
+def _grpo_stage(
+    stage: str,
+    rm_name: str,
+    make_reward,
+    cfg: PointwiseRLConfig | PairwiseRLConfig,
+    sft: SFTConfig,
+    runtime: TrainingRuntimeConfig,
+    generation: GenerationConfig,
+    policy_dir: str,
+    policy_version: str,
+    rm: dict,
+    mix_dir: str,
+    data_md5: str,
+    seed: int,
+    prompt_seed: int,
+    parent_run_id: str | None,
+    lineage: dict | None,
+) -> dict:
+    """One GRPO stage: prompts from the mix, ``make_reward(tokenizer)`` as the only reward, the new policy
+    registered with its parent and reward model; both GRPO stages differ only in the reward."""
+    from transformers import AutoTokenizer
+
+    from forge.training.grpo import build_rl_prompts, grpo_settings, run_grpo
+
+    ws = Workspace.from_env()
+    train_rows, heldout = _mix_rows(mix_dir)
+    tokenizer = AutoTokenizer.from_pretrained(policy_dir)
+    prompts = build_rl_prompts(train_rows, tokenizer, max_prompts=cfg.max_prompts,
+                               max_prompt_tokens=cfg.max_prompt_length, seed=prompt_seed)
+    out = ws.models / f"{stage}-{value_digest(cfg, runtime, generation, policy_dir, rm['model_dir'], data_md5)}"
+    tags = {**(lineage or {}), STAGE_TAG: stage, DATA_MD5_TAG: data_md5,
+            PARENT_VERSION_TAG: f"forge-policy/{policy_version}", REWARD_MODEL_TAG: f"{rm_name}/{rm['version']}"}
+    started = time.time()
+    with start_stage_run(stage, parent_run_id=parent_run_id, tags=tags) as run:
+        log_config(cfg)
+        mlflow.log_param("prompts", len(prompts))
+        result = run_grpo(Path(policy_dir), prompts, [make_reward(tokenizer)], grpo_settings(cfg, seed), runtime,
+                          out, stage=stage, generation=generation, log_metrics=_mlflow_logger())
+        metrics = _log_rollout_curves(stage.replace("-", "_"), result)
+        metrics["sft_heldout_loss"] = _heldout_loss(out, heldout, sft, runtime)
+        mlflow.log_metrics(metrics)
+        version = _register_policy(out, run.info.run_id, tags, metrics)
+    return {"model_dir": str(out), "run_id": run.info.run_id, "version": version, "metrics": metrics,
+            "seconds": time.time() - started}
+
+
 @cached_task(name="grpo-pointwise", modules=("forge.training.reward_model", *RL_MODULES))
 def grpo_pointwise_task(
     cfg: PointwiseRLConfig,
@@ -131,33 +177,15 @@ def grpo_pointwise_task(
     lineage: dict | None = None,
 ) -> dict:
     """GRPO with ``num_generations`` rollouts per prompt, the frozen point-wise RM's score as reward (§2.1.2)."""
-    from transformers import AutoTokenizer
-
-    from forge.training.grpo import PointwiseRMReward, build_rl_prompts, grpo_settings, run_grpo
+    from forge.training.grpo import PointwiseRMReward
     from forge.training.reward_model import RewardScorer
 
-    ws = Workspace.from_env()
-    train_rows, heldout = _mix_rows(mix_dir)
-    tokenizer = AutoTokenizer.from_pretrained(policy_dir)
-    prompts = build_rl_prompts(train_rows, tokenizer, max_prompts=cfg.max_prompts,
-                               max_prompt_tokens=cfg.max_prompt_length, seed=seed)
-    out = ws.models / f"grpo-pointwise-{value_digest(cfg, runtime, generation, policy_dir, rm['model_dir'], data_md5)}"
-    tags = {**(lineage or {}), STAGE_TAG: "grpo-pointwise", DATA_MD5_TAG: data_md5,
-            PARENT_VERSION_TAG: f"forge-policy/{policy_version}", REWARD_MODEL_TAG: f"forge-rm-pointwise/{rm['version']}"}
-    started = time.time()
-    with start_stage_run("grpo-pointwise", parent_run_id=parent_run_id, tags=tags) as run:
-        log_config(cfg)
-        mlflow.log_param("prompts", len(prompts))
-        reward = PointwiseRMReward(RewardScorer(rm["model_dir"], max_length=cfg.rm_max_length),
-                                   cfg.max_completion_length, [tokenizer.eos_token_id])
-        result = run_grpo(Path(policy_dir), prompts, [reward], grpo_settings(cfg, seed), runtime, out,
-                          stage="grpo-pointwise", generation=generation, log_metrics=_mlflow_logger())
-        metrics = _log_rollout_curves("grpo_pointwise", result)
-        metrics["sft_heldout_loss"] = _heldout_loss(out, heldout, sft, runtime)
-        mlflow.log_metrics(metrics)
-        version = _register_policy(out, run.info.run_id, tags, metrics)
-    return {"model_dir": str(out), "run_id": run.info.run_id, "version": version, "metrics": metrics,
-            "seconds": time.time() - started}
+    def make_reward(tokenizer):
+        return PointwiseRMReward(RewardScorer(rm["model_dir"], max_length=cfg.rm_max_length),
+                                 cfg.max_completion_length, [tokenizer.eos_token_id])
+
+    return _grpo_stage("grpo-pointwise", "forge-rm-pointwise", make_reward, cfg, sft, runtime, generation,
+                       policy_dir, policy_version, rm, mix_dir, data_md5, seed, seed, parent_run_id, lineage)
 
 
 def _strong_backend(generation: GenerationConfig, model_dir: str):
@@ -253,32 +281,13 @@ def grpo_pairwise_task(
     lineage: dict | None = None,
 ) -> dict:
     """GRPO whose reward is ``win_reward`` when the pairwise RM says the rollout beats the reference answer."""
-    from transformers import AutoTokenizer
-
-    from forge.training.grpo import build_rl_prompts, grpo_settings, run_grpo
     from forge.training.pairwise_rm import BeatsReferenceReward, PairwiseScorer
 
-    ws = Workspace.from_env()
-    train_rows, heldout = _mix_rows(mix_dir)
-    tokenizer = AutoTokenizer.from_pretrained(policy_dir)
-    prompts = build_rl_prompts(train_rows, tokenizer, max_prompts=cfg.max_prompts,
-                               max_prompt_tokens=cfg.max_prompt_length, seed=seed + 2)
-    out = ws.models / f"grpo-pairwise-{value_digest(cfg, runtime, generation, policy_dir, rm['model_dir'], data_md5)}"
-    tags = {**(lineage or {}), STAGE_TAG: "grpo-pairwise", DATA_MD5_TAG: data_md5,
-            PARENT_VERSION_TAG: f"forge-policy/{policy_version}", REWARD_MODEL_TAG: f"forge-rm-pairwise/{rm['version']}"}
-    started = time.time()
-    with start_stage_run("grpo-pairwise", parent_run_id=parent_run_id, tags=tags) as run:
-        log_config(cfg)
-        mlflow.log_param("prompts", len(prompts))
-        reward = BeatsReferenceReward(PairwiseScorer(rm["model_dir"], max_length=cfg.rm_max_length),
-                                      win=cfg.win_reward, loss=cfg.loss_reward,
-                                      max_completion_length=cfg.max_completion_length,
-                                      stop_ids=(tokenizer.eos_token_id,))
-        result = run_grpo(Path(policy_dir), prompts, [reward], grpo_settings(cfg, seed), runtime, out,
-                          stage="grpo-pairwise", generation=generation, log_metrics=_mlflow_logger())
-        metrics = _log_rollout_curves("grpo_pairwise", result)
-        metrics["sft_heldout_loss"] = _heldout_loss(out, heldout, sft, runtime)
-        mlflow.log_metrics(metrics)
-        version = _register_policy(out, run.info.run_id, tags, metrics)
-    return {"model_dir": str(out), "run_id": run.info.run_id, "version": version, "metrics": metrics,
-            "seconds": time.time() - started}
+    def make_reward(tokenizer):
+        return BeatsReferenceReward(PairwiseScorer(rm["model_dir"], max_length=cfg.rm_max_length),
+                                    win=cfg.win_reward, loss=cfg.loss_reward,
+                                    max_completion_length=cfg.max_completion_length,
+                                    stop_ids=(tokenizer.eos_token_id,))
+
+    return _grpo_stage("grpo-pairwise", "forge-rm-pairwise", make_reward, cfg, sft, runtime, generation,
+                       policy_dir, policy_version, rm, mix_dir, data_md5, seed, seed + 2, parent_run_id, lineage)
