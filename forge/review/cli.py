@@ -100,3 +100,67 @@ def agreement() -> None:
                           "—" if st.kappa is None else f"{st.kappa:.3f}")
     console.print(table)
     engine.dispose()
+
+
+LOOPBACK_NAMES = ("localhost",)
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@app.command("serve")
+def serve(
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8501,
+    host: Annotated[str, typer.Option(help="Address to bind (loopback unless --allow-remote).")] = "127.0.0.1",
+    allow_remote: Annotated[bool, typer.Option(
+        "--allow-remote",
+        help="Bind a non-loopback address. Off by default: the dashboard speaks plain HTTP, so passwords and "
+             "verdicts would cross the network unencrypted; put it behind a TLS proxy (or use SSH port "
+             "forwarding) instead of exposing it.")] = False,
+) -> None:
+    """Start the review dashboard (Streamlit) on HOST:PORT; Ctrl-C stops it."""
+    import os
+    import subprocess
+
+    from forge.workspace import REPO_ROOT, configure_environment
+
+    if not _is_loopback(host) and not allow_remote:
+        console.print(f"[red]error:[/] {host} is not a loopback address; the dashboard serves plain HTTP, so it "
+                      "binds 127.0.0.1 unless you pass --allow-remote (see --help)")
+        raise typer.Exit(2)
+    configure_environment()
+    # The app imports this checkout's packages (`streamlit run` only puts dashboards/ on sys.path).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH"))
+                                                      if p)}
+    cmd = [sys.executable, "-m", "streamlit", "run", str(REPO_ROOT / "dashboards" / "app.py"),
+           "--server.address", host, "--server.port", str(port), "--server.headless", "true",
+           "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
+           "--client.toolbarMode", "minimal"]
+    console.print(f"review dashboard on http://{host}:{port} (store: {_store_label()})")
+    proc = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT)
+    try:
+        raise typer.Exit(proc.wait())
+    except KeyboardInterrupt:
+        proc.terminate()
+        raise typer.Exit(proc.wait()) from None
+
+
+def _store_label() -> str:
+    import os
+
+    url = os.environ.get("FORGE_REVIEW_DB_URL")
+    if url:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    from forge.workspace import Workspace
+
+    return str(Workspace.from_env().home / "review" / "review.db")

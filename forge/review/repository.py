@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event, func, inspect, select, text
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from forge.data.schemas import SearchQA
@@ -84,20 +85,13 @@ def migrate(engine: Engine, *, schema: str | None = None, revision: str = "head"
     SQLite takes its write lock at BEGIN, PostgreSQL an advisory lock, so one process migrates and the others then
     find the store at head."""
     from alembic import command
-    from alembic.config import Config
-    from alembic.script import ScriptDirectory
 
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    target = ScriptDirectory.from_config(cfg).get_current_head() if revision == "head" else revision
+    cfg = _alembic_config()
+    target = _script(cfg).get_current_head() if revision == "head" else revision
     with engine.connect() as conn:  # cheap check first: nearly every open finds the store at head
         if _revision(conn, schema) == target:
             return target
-    with engine.begin() as conn:
-        if conn.dialect.name == "postgresql":
-            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": zlib.crc32(f"forge-review:{schema}".encode())})
-            if schema:  # Alembic's ALTER statements name tables without a schema: resolve them in ours
-                conn.execute(text(f'SET LOCAL search_path TO "{schema}"'))
+    with _migrating(engine, schema) as conn:
         current = _revision(conn, schema)
         if current != target:
             cfg.attributes.update(connection=conn, schema=schema)
@@ -105,6 +99,58 @@ def migrate(engine: Engine, *, schema: str | None = None, revision: str = "head"
                 command.stamp(cfg, FIRST_REVISION)  # a store from before the migrations: it has 0001's tables
             command.upgrade(cfg, target)
         return current
+
+
+def downgrade(engine: Engine, revision: str, *, schema: str | None = None) -> None:
+    """Take the schema back to ``revision`` (``base`` drops every table): for rolling back a release."""
+    from alembic import command
+
+    cfg = _alembic_config()
+    with _migrating(engine, schema) as conn:
+        cfg.attributes.update(connection=conn, schema=schema)
+        command.downgrade(cfg, revision)
+
+
+def _alembic_config():
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    return cfg
+
+
+def _script(cfg):
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(cfg)
+
+
+@contextmanager
+def _migrating(engine: Engine, schema: str | None):
+    """One transaction for the whole migration, under the store's write lock.
+
+    SQLite changes a table by copying it, which foreign keys refuse while other tables point at its rows; the
+    check is switched off for the migration (it can only be switched outside a transaction) and the keys are
+    verified before the transaction commits."""
+    with engine.connect() as conn:
+        sqlite = conn.dialect.name == "sqlite"
+        if sqlite:
+            conn.connection.dbapi_connection.execute("PRAGMA foreign_keys=OFF")
+        try:
+            with conn.begin():
+                if conn.dialect.name == "postgresql":
+                    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"),
+                                 {"key": zlib.crc32(f"forge-review:{schema}".encode())})
+                    if schema:  # Alembic's ALTER statements name tables without a schema: resolve them in ours
+                        conn.execute(text(f'SET LOCAL search_path TO "{schema}"'))
+                yield conn
+                if sqlite:
+                    broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                    if broken:
+                        raise RuntimeError(f"review store migration would break foreign keys: {broken[:5]}")
+        finally:
+            if sqlite:
+                conn.connection.dbapi_connection.execute("PRAGMA foreign_keys=ON")
 
 
 def _revision(conn, schema: str | None) -> str | None:
@@ -146,13 +192,24 @@ def audit(session: Session, actor: str, action: str, entity: str, entity_id: str
 
 def get_reviewer(session: Session, name: str) -> Reviewer:
     """The reviewer called ``name``, created on first use."""
-    reviewer = session.scalar(select(Reviewer).where(Reviewer.name == name))
+    query = select(Reviewer).where(Reviewer.name == name)
+    reviewer = session.scalar(query)
     if reviewer is None:
         reviewer = Reviewer(name=name)
-        session.add(reviewer)
-        session.flush()
+        if not _insert(session, reviewer):  # another writer created them a moment ago
+            return session.scalars(query).one()
         audit(session, name, "create", "reviewer", str(reviewer.id))
     return reviewer
+
+
+def _insert(session: Session, row) -> bool:
+    """Add ``row`` inside a savepoint; False (and nothing added) when a unique key says another writer won."""
+    try:
+        with session.begin_nested():
+            session.add(row)
+    except IntegrityError:
+        return False
+    return True
 
 
 def _turn_text(traj: SearchTrajectory, index: int) -> tuple[str, str | None]:
@@ -233,12 +290,14 @@ def record_verdict(session: Session, turn_id: int, reviewer: str, *, passed: boo
     if all(dims.values()) != passed:
         dims = dict.fromkeys(DIMENSIONS, passed)
     who = get_reviewer(session, reviewer)
-    verdict = session.scalar(select(Verdict).where(Verdict.turn_id == turn_id, Verdict.reviewer_id == who.id))
+    verdict = session.scalar(select(Verdict).where(Verdict.turn_id == turn_id, Verdict.reviewer_id == who.id)
+                             .with_for_update())  # PostgreSQL: the row stays ours until commit (SQLite: BEGIN IMMEDIATE)
     current = verdict.version if verdict is not None else 0
     _check_version(f"turn {turn_id}", current, expected_version)
     if verdict is None:
-        verdict = Verdict(turn_id=turn_id, reviewer_id=who.id, version=1)
-        session.add(verdict)
+        verdict = Verdict(turn_id=turn_id, reviewer_id=who.id, version=1, passed=passed, note=note)
+        if not _insert(session, verdict):
+            raise StaleVerdictError(f"turn {turn_id}: {reviewer} saved a verdict in between (reload to see it)")
     else:
         verdict.version, verdict.updated_at = current + 1, utcnow()
     verdict.passed, verdict.note = passed, note
@@ -256,12 +315,14 @@ def record_trajectory_verdict(session: Session, trajectory_id: str, reviewer: st
         raise KeyError(f"no trajectory {trajectory_id}")
     who = get_reviewer(session, reviewer)
     verdict = session.scalar(select(TrajectoryVerdict).where(TrajectoryVerdict.trajectory_id == trajectory_id,
-                                                             TrajectoryVerdict.reviewer_id == who.id))
+                                                             TrajectoryVerdict.reviewer_id == who.id).with_for_update())
     current = verdict.version if verdict is not None else 0
     _check_version(f"trajectory {trajectory_id}", current, expected_version)
     if verdict is None:
-        verdict = TrajectoryVerdict(trajectory_id=trajectory_id, reviewer_id=who.id, version=1)
-        session.add(verdict)
+        verdict = TrajectoryVerdict(trajectory_id=trajectory_id, reviewer_id=who.id, version=1, accepted=accepted,
+                                    note=note)
+        if not _insert(session, verdict):
+            raise StaleVerdictError(f"trajectory {trajectory_id}: {reviewer} saved a verdict in between (reload)")
     else:
         verdict.version, verdict.updated_at = current + 1, utcnow()
     verdict.accepted, verdict.note = accepted, note
