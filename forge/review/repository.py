@@ -39,7 +39,7 @@ from forge.review.models import (
 )
 from forge.search.trajectory import SearchTrajectory, TurnVerdict
 
-SQLITE_BUSY_TIMEOUT_MS = 5000
+SQLITE_BUSY_TIMEOUT_MS = 30_000  # 5 s starved a writer among 8 on a loaded 2-core machine
 
 
 class StaleVerdictError(RuntimeError):
