@@ -128,7 +128,6 @@ def serve(
 ) -> None:
     """Start the review dashboard (Streamlit) on HOST:PORT; Ctrl-C stops it."""
     import os
-    import subprocess
 
     from forge.workspace import REPO_ROOT, configure_environment
 
@@ -144,13 +143,10 @@ def serve(
            "--server.address", host, "--server.port", str(port), "--server.headless", "true",
            "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
            "--client.toolbarMode", "minimal"]
-    console.print(f"review dashboard on http://{host}:{port} (store: {_store_label()})")
-    proc = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT)
-    try:
-        raise typer.Exit(proc.wait())
-    except KeyboardInterrupt:
-        proc.terminate()
-        raise typer.Exit(proc.wait()) from None
+    console.print(f"review dashboard on http://{host}:{port} (store: {_store_label()})", soft_wrap=True)
+    sys.stdout.flush()
+    os.chdir(REPO_ROOT)
+    os.execve(sys.executable, cmd, env)  # Streamlit takes over this process: Ctrl-C and SIGTERM reach it directly
 
 
 def _store_label() -> str:
