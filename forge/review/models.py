@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Integer, String, Text, UniqueConstraint, true
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column, relationship
 
 
 def utcnow() -> datetime:
@@ -83,40 +83,41 @@ class TurnRecord(Base):
     verdicts: Mapped[list[Verdict]] = relationship(back_populates="turn", cascade="all, delete-orphan")
 
 
-class Verdict(Base):
-    __tablename__ = "verdicts"
-    __table_args__ = (UniqueConstraint("turn_id", "reviewer_id"),)
+class _Judgement:
+    """What every verdict row has: one reviewer's note, an edit counter for optimistic locking, timestamps."""
+
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    turn_id: Mapped[int] = mapped_column(ForeignKey("turns.id", ondelete="CASCADE"), index=True)
     reviewer_id: Mapped[int] = mapped_column(ForeignKey("reviewers.id"), index=True)
-    passed: Mapped[bool] = mapped_column(Boolean)
-    logical: Mapped[bool | None] = mapped_column(Boolean, nullable=True)  # None: not judged apart (= passed)
-    tool_call: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
-    info_gain: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     note: Mapped[str] = mapped_column(Text, default="")
     version: Mapped[int] = mapped_column(Integer, default=1)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    @declared_attr
+    def reviewer(cls) -> Mapped[Reviewer]:
+        return relationship(Reviewer)
+
+
+class Verdict(_Judgement, Base):
+    __tablename__ = "verdicts"
+    __table_args__ = (UniqueConstraint("turn_id", "reviewer_id"),)
+    turn_id: Mapped[int] = mapped_column(ForeignKey("turns.id", ondelete="CASCADE"), index=True)
+    passed: Mapped[bool] = mapped_column(Boolean)
+    logical: Mapped[bool | None] = mapped_column(Boolean, nullable=True)  # None: not judged apart (= passed)
+    tool_call: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    info_gain: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     turn: Mapped[TurnRecord] = relationship(back_populates="verdicts")
-    reviewer: Mapped[Reviewer] = relationship()
 
     def dimension(self, name: str) -> bool:
         value = getattr(self, name)
         return self.passed if value is None else value
 
 
-class TrajectoryVerdict(Base):
+class TrajectoryVerdict(_Judgement, Base):
     __tablename__ = "trajectory_verdicts"
     __table_args__ = (UniqueConstraint("trajectory_id", "reviewer_id"),)
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
     trajectory_id: Mapped[str] = mapped_column(ForeignKey("trajectories.id", ondelete="CASCADE"), index=True)
-    reviewer_id: Mapped[int] = mapped_column(ForeignKey("reviewers.id"), index=True)
     accepted: Mapped[bool] = mapped_column(Boolean)
-    note: Mapped[str] = mapped_column(Text, default="")
-    version: Mapped[int] = mapped_column(Integer, default=1)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    reviewer: Mapped[Reviewer] = relationship()
 
 
 class Assignment(Base):
