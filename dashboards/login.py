@@ -13,13 +13,13 @@ FAILED = "Unknown user or wrong password."
 def oidc_configured() -> bool:
     """True when Streamlit's secrets hold an ``[auth]`` section (no secrets file is not an error)."""
     try:
-        return st.secrets.load_if_toml_exists() and "auth" in st.secrets
-    except Exception:  # noqa: BLE001 - an unreadable secrets file means: no SSO, the password form still works
+        return "auth" in st.secrets
+    except Exception:  # noqa: BLE001 - no (or an unreadable) secrets file means: no SSO; the password form works
         return False
 
 
 def _oidc_user() -> SignedIn | None:
-    if not oidc_configured() or not st.user.is_logged_in:
+    if not oidc_configured() or not st.user.get("is_logged_in", False):
         return None
     from forge.review import session_scope, user_for_oidc
 

@@ -67,6 +67,17 @@ def test_nothing_but_the_login_form_before_login(store):
     assert not at.dataframe and not at.metric and not at.sidebar.children.get(0)
 
 
+def test_sso_button_only_when_secrets_configure_auth(store):
+    at = _app()
+    at.secrets["auth"] = {"redirect_uri": "http://127.0.0.1:8501/oauth2callback", "cookie_secret": "x" * 32,
+                          "client_id": "forge", "client_secret": "s",
+                          "server_metadata_url": "https://idp.example/.well-known/openid-configuration"}
+    at.run()
+    assert not at.exception
+    assert _labels(at) == ["Log in", "Log in with SSO"]
+    assert store.questions["holiday"] not in _all_text(at)
+
+
 def test_wrong_password_shows_an_error_and_nothing_else(store):
     at = _login(_app(), store.reviewer, "not-the-password")
     assert [e.value for e in at.error] == ["Unknown user or wrong password."]
