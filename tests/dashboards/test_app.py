@@ -210,7 +210,10 @@ def registry_home(tmp_path_factory, seed):
     import os
 
     home = tmp_path_factory.mktemp("registry") / "home"
+    import mlflow
+
     saved = {k: os.environ.get(k) for k in ("FORGE_HOME", "FORGE_ROOT", "FORGE_REVIEW_DB_URL")}
+    saved_uris = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
     os.environ["FORGE_HOME"] = str(home)
     os.environ.pop("FORGE_REVIEW_DB_URL", None)
     store = seed(home)
@@ -222,8 +225,6 @@ def registry_home(tmp_path_factory, seed):
     client.create_registered_model("forge-policy")
     checkpoint = home / "ckpt"
     checkpoint.mkdir()
-    import mlflow
-
     with mlflow.start_run() as run:
         pass
     scores = [0.30, 0.35, 0.33]  # v1 champion, v2 better (promotable), v3 worse
@@ -236,6 +237,8 @@ def registry_home(tmp_path_factory, seed):
     client.set_registered_model_alias("forge-policy", "champion", "1")
     client.set_registered_model_alias("forge-policy", "candidate", "2")
     yield store, client
+    mlflow.set_tracking_uri(saved_uris[0])  # init_mlflow pointed the process-wide URIs at this home
+    mlflow.set_registry_uri(saved_uris[1])
     for key, value in saved.items():
         if value is None:
             os.environ.pop(key, None)
