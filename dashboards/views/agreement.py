@@ -42,9 +42,9 @@ a.metric("Turns judged by ≥ 2 reviewers", humans.n)
 b.metric("Raw agreement", _fmt(humans.agreement, "{:.1%}"))
 c.metric("Cohen's kappa", _fmt(humans.kappa))
 if pairs:
-    st.dataframe(pd.DataFrame([{"reviewer A": p[0], "reviewer B": p[1], "n": stat.n, "agreement": stat.agreement,
-                                "kappa": stat.kappa} for p, stat in pairs.items()]),
-                 hide_index=True)
+    per_pair = pd.DataFrame([{"reviewer A": p[0], "reviewer B": p[1], "n": stat.n, "agreement": stat.agreement,
+                              "kappa": stat.kappa} for p, stat in pairs.items()])
+    st.dataframe(per_pair.style.format({"agreement": "{:.1%}", "kappa": "{:.3f}"}, na_rep="n/a"), hide_index=True)
 
 
 def _assign() -> None:

@@ -128,8 +128,12 @@ nav_where.text(f"{position + 1} of {len(ids)} in this queue" if position is not 
 nav_next.button("Next", on_click=_go, args=(next_id,), disabled=next_id is None, shortcut="N",
                 icon=":material/arrow_forward:", key="next_trajectory")
 
-with session_scope(engine()) as s:
-    view = trajectory_view(s, current, user.name)
+try:
+    with session_scope(engine()) as s:
+        view = trajectory_view(s, current, user.name)
+except KeyError:  # deleted from the store since it was picked
+    st.session_state[CURRENT] = None
+    st.rerun()
 
 # --- the trajectory -------------------------------------------------------------------------------------------
 st.subheader("Question")
