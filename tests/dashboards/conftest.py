@@ -76,6 +76,8 @@ def trajectories() -> dict[str, tuple[SearchTrajectory, SearchQA]]:
 class Store:
     home: Path
     ids: dict[str, str]  # name → trajectory id
+    url: str | None = None
+    schema: str | None = None
     app: Path = APP
     reviewer: str = REVIEWER
     reviewer_pw: str = REVIEWER_PW
@@ -89,12 +91,13 @@ class Store:
         return {"holiday": HOLIDAY_Q, "xss": XSS_Q, "long": LONG_Q}
 
     def engine(self):
-        return open_store(home=self.home)
+        return open_store(self.url, self.home, schema=self.schema)
 
 
-def seed_store(home: Path) -> Store:
-    """Three trajectories (one with an XSS payload, one with a long tool response), a reviewer and an admin."""
-    engine = open_store(home=home)
+def seed_store(home: Path, url: str | None = None, schema: str | None = None) -> Store:
+    """Three trajectories (one with an XSS payload, one with a long tool response), a reviewer and an admin;
+    in SQLite under ``home``, or at ``url`` (PostgreSQL) in ``schema``."""
+    engine = open_store(url, home, schema=schema)
     ids = {}
     with session_scope(engine) as s:
         for name, (traj, qa) in trajectories().items():
@@ -103,7 +106,7 @@ def seed_store(home: Path) -> Store:
         create_user(s, REVIEWER, password=REVIEWER_PW, role="reviewer")
         create_user(s, ADMIN, password=ADMIN_PW, role="admin")
     engine.dispose()
-    return Store(home=home, ids=ids)
+    return Store(home=home, ids=ids, url=url, schema=schema)
 
 
 @pytest.fixture
@@ -111,7 +114,38 @@ def store(tmp_path, monkeypatch) -> Store:
     home = tmp_path / "home"
     monkeypatch.setenv("FORGE_HOME", str(home))
     monkeypatch.delenv("FORGE_REVIEW_DB_URL", raising=False)
+    monkeypatch.delenv("FORGE_REVIEW_DB_SCHEMA", raising=False)
     return seed_store(home)
+
+
+PG_URL = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"
+
+
+@pytest.fixture
+def pg_store(tmp_path, monkeypatch) -> Store:
+    """The same store in PostgreSQL (a fresh schema), reached by the app through ``FORGE_REVIEW_DB_URL``."""
+    import uuid
+
+    from sqlalchemy import create_engine, text
+
+    try:
+        import psycopg2
+
+        psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname="test", connect_timeout=2).close()
+    except Exception as err:  # noqa: BLE001 - any failure to connect means: no server to test against
+        pytest.skip(f"no PostgreSQL answering on 127.0.0.1:5432 db 'test' ({type(err).__name__}: {err})")
+    schema = f"dash_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(PG_URL)
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    home = tmp_path / "home"
+    monkeypatch.setenv("FORGE_HOME", str(home))
+    monkeypatch.setenv("FORGE_REVIEW_DB_URL", PG_URL)
+    monkeypatch.setenv("FORGE_REVIEW_DB_SCHEMA", schema)
+    yield seed_store(home, PG_URL, schema)
+    with admin.begin() as conn:
+        conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+    admin.dispose()
 
 
 @pytest.fixture(scope="session")

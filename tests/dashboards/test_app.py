@@ -86,7 +86,13 @@ def test_wrong_password_shows_an_error_and_nothing_else(store):
     assert [e.value for e in at.error] == ["Unknown user or wrong password."]
 
 
-def test_review_turn_by_turn_lands_in_the_store(store):
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_store(request):
+    return request.getfixturevalue("store" if request.param == "sqlite" else "pg_store")
+
+
+def test_review_turn_by_turn_lands_in_the_store(any_store):
+    store = any_store
     at = _login(_app(), store.reviewer, store.reviewer_pw)
     assert [m.label for m in at.metric] == ["Turns judged by you", "Trajectories done", "Your verdicts"]
     assert at.metric[0].value == "0 / 7"

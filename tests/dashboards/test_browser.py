@@ -99,13 +99,13 @@ def _login(page, url: str, name: str, password: str) -> None:
 
 
 def _open(page, question: str) -> None:
-    """Click Next until the trajectory asking ``question`` is shown."""
+    """Press N (the Next button's shortcut) until the trajectory asking ``question`` is shown."""
     for _ in range(10):
         shown = page.locator(".st-key-question")
         shown.wait_for()
         if shown.inner_text().strip() == question:
             return
-        page.get_by_role("button", name="Next").click()
+        page.locator("body").press("n")
         page.wait_for_function("q => !document.querySelector('.st-key-question')?.innerText.includes(q)",
                                arg=shown.inner_text().strip())
     raise AssertionError(f"{question!r} never came up in the queue")
