@@ -19,8 +19,19 @@ export DVC_NO_ANALYTICS := 1
 export STREAMLIT_BROWSER_GATHER_USAGE_STATS := false
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run test ui clean
+.PHONY: setup run test ui clean browser
 setup: $(STAMP)
+
+# The dashboard's browser tests drive Debian's chromium through Playwright (never `playwright install`: no CDN here).
+# Installed when missing and we may (root with apt); otherwise those tests skip and say why.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's chromium for the browser tests"; \
+	    (apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
+	     (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium chromium-driver >/dev/null 2>&1)) || \
+	    echo "could not install chromium: the browser tests will skip"; \
+	  else echo "no chromium (and not root with apt): the browser tests will skip"; fi; }
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -32,7 +43,7 @@ $(STAMP): pyproject.toml constraints.txt
 run: setup
 	$(VENV)/bin/forge run --profile $(PROFILE)
 
-test: setup
+test: setup browser
 	$(VENV)/bin/pytest -q
 
 ui: setup

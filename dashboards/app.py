@@ -1,45 +1,46 @@
-"""Forge dashboard (first page): the latest recipe run and the data mix it trained on.
+"""Forge dashboard: review trajectories turn by turn, and see the data mixes, evaluations and the registry.
 
-    streamlit run dashboards/app.py --server.address 127.0.0.1
+    forge review serve                 # = streamlit run dashboards/app.py --server.address 127.0.0.1 ...
 
-The review pages (turn-by-turn trajectory review, login, verdicts) come with the dashboard issue; this page only
-reads what the recipe wrote: ``$FORGE_HOME/runs/latest.json`` and ``data/mixes/*/manifest.json``.
+Nothing but the login form is drawn until a user logs in (``forge review add-user`` creates one). Pages live in
+``views/``; promotion and rollback are shown to admins only and re-checked server-side (``actions.py``).
 """
 
 from __future__ import annotations
 
-import json
+import sys
+from pathlib import Path
 
-import pandas as pd
+# `streamlit run` puts dashboards/ on sys.path; the pages import `dashboards.*` from this same checkout.
+_ROOT = str(Path(__file__).resolve().parent.parent)
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
 import streamlit as st
 
-from forge.workspace import configure_environment
+from dashboards.login import login_gate, logout
 
-ws = configure_environment()
-st.set_page_config(page_title="Forge", layout="wide")
-st.title("Forge")
+st.set_page_config(page_title="Forge", page_icon=":material/rate_review:", layout="wide")
 
-summary_path = ws.home / "runs" / "latest.json"
-st.header("Latest recipe run")
-if summary_path.exists():
-    summary = json.loads(summary_path.read_text())
-    st.caption(f"flow run {summary['flow_run_id']} · profile {summary['profile']} · {summary['state']}")
-    rows = [{"stage": name, **{k: v for k, v in st_.items() if k in ("state", "seconds", "run_id", "version")}}
-            for name, st_ in summary["stages"].items()]
-    st.dataframe(pd.DataFrame(rows), hide_index=True)
-else:
-    st.info("No recipe run yet: `make run` or `forge run --profile tiny`.")
+user = login_gate()
+if user is None:
+    st.stop()
 
-st.header("Data mixes")
-manifests = sorted(ws.mixes.glob("*/manifest.json"))
-if not manifests:
-    st.info("No mix built yet.")
-for path in manifests:
-    manifest = json.loads(path.read_text())
-    st.subheader(path.parent.name)
-    frame = pd.DataFrame(
-        [{"domain": d, "target": r["target_share"], "actual": r["actual_share"], "tokens": r["tokens"], "rows": r["rows"]}
-         for d, r in manifest["domains"].items()]
-    ).set_index("domain")
-    st.bar_chart(frame[["target", "actual"]], stack=False)
-    st.dataframe(frame)
+navigation = st.navigation(
+    {
+        "Review": [
+            st.Page("views/review.py", title="Review", icon=":material/rate_review:", default=True),
+            st.Page("views/agreement.py", title="Agreement", icon=":material/handshake:"),
+        ],
+        "Training": [
+            st.Page("views/overview.py", title="Latest run", icon=":material/play_circle:"),
+            st.Page("views/mixes.py", title="Data mixes", icon=":material/pie_chart:"),
+            st.Page("views/evaluations.py", title="Evaluations", icon=":material/monitoring:"),
+            st.Page("views/registry.py", title="Registry", icon=":material/inventory_2:"),
+        ],
+    }
+)
+with st.sidebar:
+    st.text(f"{user.name} · {user.role}")
+    st.button("Log out", on_click=logout, icon=":material/logout:")
+navigation.run()

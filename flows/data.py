@@ -20,9 +20,12 @@ def data_flow(
     corpora = digest_corpora()
     pools = run_stage("pools", build_pools_task, config.pools, corpora)
     pools_digest = value_digest(config.pools, corpora)
+    review = None  # what reviewers' verdicts changed in the pools (recorded in the mix's manifest)
     if config.deep_search.enabled:  # forge.search replaces the pools' FB15k-237 stand-ins (issue 3)
         search = synthesize_search(config.deep_search, pools, pools_digest, parent_run_id=parent_run_id, lineage=lineage)
-        pools, pools_digest = {**pools, **search["pools"]}, value_digest(config.pools, corpora, config.deep_search)
+        review = search["stats"].get("review")
+        pools = {**pools, **search["pools"]}
+        pools_digest = value_digest(config.pools, corpora, config.deep_search, review)  # new verdicts → new mix
     mix = run_stage(
         "mix",
         build_mix_task,
@@ -31,6 +34,7 @@ def data_flow(
         pools_digest,
         tokenizer_dir,
         config.eval.heldout_rows,
+        review,
     )
     md5 = run_stage("dvc", version_data_task)
     with start_stage_run(
@@ -40,4 +44,6 @@ def data_flow(
         for domain, row in mix["manifest"]["domains"].items():
             mlflow.log_metrics({f"{domain}_tokens": row["tokens"], f"{domain}_share": row["actual_share"]})
         mlflow.log_dict(mix["manifest"], "manifest.json")
+        if review:
+            mlflow.log_metrics({f"review_{k}": v for k, v in review.items() if isinstance(v, int | float)})
     return {"mix_dir": mix["mix_dir"], "data_md5": md5, "manifest": mix["manifest"]}

@@ -28,6 +28,7 @@ from rich.table import Table
 
 from forge.code.cli import app as sandbox_app
 from forge.data.cli import app as data_app
+from forge.review.cli import app as review_app
 from forge.search.cli import synth_app, tools_app
 from forge.workspace import configure_environment
 
@@ -36,6 +37,7 @@ app.add_typer(data_app, name="data", help="Validate and inspect datasets.")
 app.add_typer(sandbox_app, name="sandbox", help="Run untrusted code in the sandbox.")
 app.add_typer(tools_app, name="tools", help="The offline deep-search tools (search, visit).")
 app.add_typer(synth_app, name="synth", help="Synthesize training data (forge synth search --n 200).")
+app.add_typer(review_app, name="review", help="Review store and dashboard: users, serve, agreement.")
 console = Console()
 
 

@@ -28,9 +28,11 @@ def build_pools_task(cfg: PoolsConfig, corpora_digest: str) -> dict[str, str]:
 
 @cached_task(name="build-mix", modules=("forge.data.mix", "forge.data.jsonl", "forge.training.tokenizer"))
 def build_mix_task(
-    cfg: MixConfig, pool_paths: dict[str, str], pools_digest: str, tokenizer_dir: str, heldout_rows: int
+    cfg: MixConfig, pool_paths: dict[str, str], pools_digest: str, tokenizer_dir: str, heldout_rows: int,
+    review: dict | None = None,
 ) -> dict:
-    """Sample the SFT mix in target token shares; returns the mix folder and its manifest."""
+    """Sample the SFT mix in target token shares; returns the mix folder and its manifest (``review``: what human
+    verdicts changed in the pools, recorded in the manifest)."""
     from transformers import AutoTokenizer
 
     from forge.config import DOMAINS
@@ -41,7 +43,7 @@ def build_mix_task(
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     out_dir = ws.mixes / cfg.name
     pools = {d: Path(pool_paths[d]) for d in DOMAINS}
-    manifest = build_mix(pools, cfg, lambda s: count_chat_tokens(tokenizer, s), out_dir, heldout_rows)
+    manifest = build_mix(pools, cfg, lambda s: count_chat_tokens(tokenizer, s), out_dir, heldout_rows, review=review)
     return {"mix_dir": str(out_dir), "manifest": manifest.model_dump(mode="json")}
 
 

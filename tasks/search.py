@@ -24,10 +24,9 @@ def review_digest_task(cfg: DeepSearchConfig) -> str:
     """State of the human verdicts: part of the merge's cache key, so new reviews re-filter the data."""
     from sqlalchemy.orm import Session
 
-    from forge.review import open_store
-    from forge.review.repository import review_digest
+    from forge.review.repository import open_workspace_store, review_digest
 
-    engine = open_store(cfg.review_db_url, Workspace.from_env().home)
+    engine = open_workspace_store(cfg.review_db_url, Workspace.from_env().home)
     with Session(engine) as session:
         digest = review_digest(session)
     engine.dispose()

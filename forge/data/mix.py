@@ -51,6 +51,7 @@ class Manifest(BaseModel):
     heldout_file: str
     sources: dict[str, str]  # domain → sha256 of the pool (file bytes, or the serialized rows)
     config: dict
+    review: dict | None = None  # what reviewers' verdicts changed in the pools (turns masked, trajectories dropped)
 
     def max_share_error(self) -> float:
         return max(abs(d.actual_share - d.target_share) for d in self.domains.values())
@@ -100,6 +101,7 @@ def build_mix(
     count_tokens: Callable[[ChatSample], int],
     out_dir: Path,
     heldout_rows: int,
+    review: dict | None = None,
 ) -> Manifest:
     """Choose rows per domain to match the token shares, write shards + heldout + manifest; return the manifest.
 
@@ -158,7 +160,7 @@ def build_mix(
     shard_names = [f"train-{i:04d}-of-{cfg.num_shards:04d}.jsonl" for i in range(cfg.num_shards)]
     manifest = Manifest(name=cfg.name, total_tokens=total, target_total_tokens=cfg.total_tokens, domains=stats,
                         shards=shard_names, heldout_file="heldout.jsonl", sources=sources,
-                        config=cfg.model_dump(mode="json"))
+                        config=cfg.model_dump(mode="json"), review=review)
     if manifest.max_share_error() > cfg.tolerance:
         worst = max(stats, key=lambda d: abs(stats[d].actual_share - stats[d].target_share))
         raise MixError(f"domain {worst!r} share {stats[worst].actual_share:.4f} misses its target "

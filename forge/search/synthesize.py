@@ -124,36 +124,57 @@ def synthesize_shard(ws: Workspace, cfg: DeepSearchConfig, shard: int) -> dict[s
 
 def merge_shards(ws: Workspace, cfg: DeepSearchConfig, shards: list[dict[str, Any]],
                  pool_paths: dict[str, str] | None = None) -> dict[str, Any]:
-    """Join the shards, load the review store, write the filtered pools; returns paths and figures."""
+    """Join the shards, load the review store, write the filtered pools; returns paths and figures.
+
+    Human verdicts win over the critic's: a turn a reviewer rejected is not trained on (loss mask 0), one a reviewer
+    accepted is, and a trajectory a reviewer rejected leaves the pools; ``stats["review"]`` counts what they changed.
+    """
     out = search_dir(ws)
     qas = [qa for s in shards for qa in read_jsonl(s["qa_path"], SearchQA, max_bad_ratio=0.0).rows]
     trajs = [t for s in shards for t in read_jsonl(s["traj_path"], SearchTrajectory, max_bad_ratio=0.0).rows]
     write_jsonl(out / "qa.jsonl", qas)
     write_jsonl(out / "trajectories.jsonl", trajs)
-    trajs = apply_reviews(ws, cfg, trajs)
-    samples = [to_chat_sample(t) for t in trajs if t.correct]
+    reviewed, effect = apply_reviews(ws, cfg, trajs, qas)
+    samples = [to_chat_sample(t) for t in reviewed if t.correct]
     samples = [s for s in samples if any(m.loss for m in s.messages if m.role == "assistant")]
     pools = write_pools(out / "pools", samples, pool_paths or {})
     stats = summarize(qas, trajs)
-    stats.update(samples={d: sum(s.domain == d for s in samples) for d in ("deep_search", "tool_use")})
+    stats.update(samples={d: sum(s.domain == d for s in samples) for d in ("deep_search", "tool_use")}, review=effect)
     return {"qa_path": str(out / "qa.jsonl"), "traj_path": str(out / "trajectories.jsonl"), "pools": pools,
             "stats": stats}
 
 
-def apply_reviews(ws: Workspace, cfg: DeepSearchConfig, trajs: list[SearchTrajectory]) -> list[SearchTrajectory]:
-    """Store every trajectory with its critic labels; return them with human verdicts overriding the critic."""
-    from forge.review import add_trajectory, open_store, reviewed_trajectory
+def apply_reviews(ws: Workspace, cfg: DeepSearchConfig, trajs: list[SearchTrajectory],
+                  qas: list[SearchQA] = ()) -> tuple[list[SearchTrajectory], dict[str, Any]]:
+    """Store every trajectory with its critic labels (and its question's gold path); return the trajectories
+    reviewers did not reject, with human verdicts overriding the critic's, and what the reviews changed."""
+    from forge.review import add_trajectory, reviewed_trajectory, trajectory_rejected
+    from forge.review.repository import open_workspace_store, review_digest
 
-    engine = open_store(cfg.review_db_url, ws.home)
-    reviewed = []
+    by_qa = {qa.id: qa for qa in qas}
+    engine = open_workspace_store(cfg.review_db_url, ws.home)
+    kept = []
+    effect: dict[str, Any] = {"turns_masked": 0, "turns_unmasked": 0, "trajectories_rejected": 0, "items_changed": 0}
     with Session(engine) as session:
         for traj in trajs:
-            add_trajectory(session, traj)
+            add_trajectory(session, traj, qa=by_qa.get(traj.qa_id))
         session.commit()
         for traj in trajs:
-            reviewed.append(reviewed_trajectory(session, traj.id))
+            reviewed = reviewed_trajectory(session, traj.id)
+            critic = {v.message_index: v.passed for v in traj.verdicts}
+            human = {v.message_index: v.passed for v in reviewed.verdicts if v.judge == "human"}
+            masked = sum(1 for i, ok in human.items() if critic.get(i, True) and not ok)
+            unmasked = sum(1 for i, ok in human.items() if ok and not critic.get(i, True))
+            rejected = trajectory_rejected(session, traj.id)
+            effect["turns_masked"] += masked
+            effect["turns_unmasked"] += unmasked
+            effect["trajectories_rejected"] += rejected
+            effect["items_changed"] += bool(traj.correct and (masked or unmasked or rejected))
+            if not rejected:
+                kept.append(reviewed)
+        effect["digest"] = review_digest(session)
     engine.dispose()
-    return reviewed
+    return kept, effect
 
 
 def write_pools(out: Path, samples: list[ChatSample], pool_paths: dict[str, str]) -> dict[str, str]:

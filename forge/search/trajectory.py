@@ -62,21 +62,23 @@ class SearchTrajectory(Row):
     def uses(self, tool: str) -> bool:
         return any(c.name == tool for m in self.messages for c in m.tool_calls)
 
+    @property
+    def domain(self) -> str:
+        """The SFT domain it feeds: trajectories that run ``python`` are tool-use data, the others deep search."""
+        return "tool_use" if self.uses("python") else "deep_search"
+
 
 def normalize_answer(text: str | None) -> str:
     return " ".join((text or "").lower().replace(".", " ").split())
 
 
 def to_chat_sample(traj: SearchTrajectory, verdicts: list[TurnVerdict] | None = None) -> ChatSample:
-    """The SFT sample: same messages, each assistant turn trained on only if its verdict passed.
-
-    Trajectories that use ``python`` go to the tool-use domain, the others to deep search."""
+    """The SFT sample: same messages, each assistant turn trained on only if its verdict passed."""
     verdicts = traj.verdicts if verdicts is None else verdicts
     failed = {v.message_index for v in verdicts if not v.passed}
     messages = [m.model_copy(update={"loss": i not in failed}) if m.role == "assistant" else m
                 for i, m in enumerate(traj.messages)]
-    domain = "tool_use" if traj.uses("python") else "deep_search"
-    return ChatSample.build(domain=domain, source=f"forge.search:{traj.agent}", parents=[traj.qa_id, traj.id],
+    return ChatSample.build(domain=traj.domain, source=f"forge.search:{traj.agent}", parents=[traj.qa_id, traj.id],
                             messages=messages, tools=traj.tools)
 
 

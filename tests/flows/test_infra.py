@@ -83,26 +83,3 @@ def test_forge_ui_serves_prefect_and_mlflow_on_loopback(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
             out = proc.communicate()[0]
     assert f"http://127.0.0.1:{prefect_port}" in out and f"http://127.0.0.1:{mlflow_port}" in out
-
-
-def test_dashboard_shows_latest_run_and_mix(tmp_path, monkeypatch):
-    import json
-
-    from streamlit.testing.v1 import AppTest
-
-    home, root = tmp_path / "home", tmp_path / "root"
-    (home / "runs").mkdir(parents=True)
-    (home / "runs" / "latest.json").write_text(json.dumps({
-        "flow_run_id": "f-1", "profile": "tiny", "state": "completed",
-        "stages": {"pretrain": {"state": "cached", "seconds": 1.5, "run_id": "r1", "version": "3"}}}))
-    mix = root / "data" / "mixes" / "sft-x"
-    mix.mkdir(parents=True)
-    (mix / "manifest.json").write_text(json.dumps({"domains": {
-        "code": {"target_share": 0.27, "actual_share": 0.268, "tokens": 100, "rows": 2}}}))
-    monkeypatch.setenv("FORGE_HOME", str(home))
-    monkeypatch.setenv("FORGE_ROOT", str(root))
-    app = AppTest.from_file(str(REPO_ROOT / "dashboards" / "app.py")).run(timeout=60)
-    assert not app.exception
-    assert "f-1" in app.caption[0].value
-    assert app.dataframe[0].value["stage"].tolist() == ["pretrain"]
-    assert app.subheader[0].value == "sft-x"

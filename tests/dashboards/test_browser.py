@@ -1,0 +1,176 @@
+"""The dashboard in real headless Chromium (Debian's ``/usr/bin/chromium`` driven by Playwright): nothing before
+login, a reviewer judges a trajectory turn by turn and the verdicts are in the store, an XSS payload in a model
+turn stays inert text. One ``forge review serve`` for the module; each test is a fresh browser session.
+
+    PYTHONPATH=$PWD .venv/bin/pytest -q tests/dashboards/test_browser.py
+    FORGE_UPDATE_SCREENSHOT=1 ... also rewrites docs/review-dashboard.png (the README's screenshot)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from forge.review import session_scope, trajectory_view
+from forge.workspace import REPO_ROOT
+
+CHROMIUM = Path("/usr/bin/chromium")
+LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+SCREENSHOT = REPO_ROOT / "docs" / "review-dashboard.png"
+TIMEOUT_MS = 30_000  # per wait; a loaded 2-core machine answers a rerun in well under this
+
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} not installed (`make browser` installs "
+                                "Debian's chromium; Playwright's own browser download is never used)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, seed):
+    home = tmp_path_factory.mktemp("browser") / "home"
+    store = seed(home)
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "FORGE_REVIEW_"))}
+    env.update(FORGE_HOME=str(home), HF_HUB_OFFLINE="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false",
+               PYTHONPATH=os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]))
+    log = open(home / "serve.log", "w")  # noqa: SIM115 - closed after the server stops
+    proc = subprocess.Popen([sys.executable, "-m", "forge.cli", "review", "serve", "--port", str(port)], env=env,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
+                if resp.status == 200:
+                    break
+        except OSError:
+            pass
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            pytest.fail(f"forge review serve did not answer: {(home / 'serve.log').read_text()[-2000:]}")
+        time.sleep(0.2)
+    yield url, store
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    yield page
+    context.close()
+
+
+def _login(page, url: str, name: str, password: str) -> None:
+    page.goto(url)
+    page.get_by_role("textbox", name="Username").fill(name)
+    page.get_by_role("textbox", name="Password").fill(password)
+    page.get_by_role("button", name="Log in").click()
+    page.get_by_role("button", name="Log out").wait_for()
+
+
+def _open(page, question: str) -> None:
+    """Press N (the Next button's shortcut) until the trajectory asking ``question`` is shown."""
+    for _ in range(10):
+        shown = page.locator(".st-key-question")
+        shown.wait_for()
+        if shown.inner_text().strip() == question:
+            return
+        page.locator("body").press("n")
+        page.wait_for_function("q => !document.querySelector('.st-key-question')?.innerText.includes(q)",
+                               arg=shown.inner_text().strip())
+    raise AssertionError(f"{question!r} never came up in the queue")
+
+
+def test_nothing_is_shown_before_login(server, page):
+    url, store = server
+    for path in ("", "/review", "/agreement", "/registry"):
+        page.goto(url + path)
+        page.get_by_role("button", name="Log in").wait_for()
+        page.get_by_role("textbox", name="Password").wait_for()
+        page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')")  # run done
+        body = page.locator("body").inner_text()
+        assert store.questions["holiday"] not in body and "Accept" not in body and "Promote" not in body, path
+        assert "Turns judged" not in body and "Log out" not in body
+        assert page.locator("[data-testid='stSidebarNav']").count() == 0
+
+
+def test_review_a_trajectory_turn_by_turn(server, page, tmp_path):
+    url, store = server
+    _login(page, url, store.reviewer, store.reviewer_pw)
+    _open(page, store.questions["holiday"])
+
+    page.get_by_role("button", name="Accept turn 1", exact=True).click()
+    page.get_by_text("Turn 1 accepted (version 1).").wait_for()
+    page.get_by_label("Comment on turn 2").fill("the visit added nothing the search had not shown")
+    page.get_by_text("Turn 2: no information gain").click()
+    page.get_by_role("button", name="Reject turn 2", exact=True).click()
+    page.get_by_text("Turn 2 rejected (version 1).").wait_for()
+    page.locator("body").press("a")  # keyboard: accept the first turn not judged yet (turn 3)
+    page.get_by_text("Turn 3 accepted (version 1).").wait_for()
+    page.get_by_label("Comment on the trajectory").fill("good except the second visit")
+    page.get_by_role("button", name="Accept trajectory", exact=True).click()
+    page.get_by_text("Trajectory accepted (version 1).").wait_for()
+    assert "Turns judged by you" in page.locator("body").inner_text()
+
+    with session_scope(store.engine()) as s:
+        view = trajectory_view(s, store.ids["holiday"], store.reviewer)
+    verdicts = [t.my_verdict for t in view.turns]
+    assert [v.passed for v in verdicts] == [True, False, True]
+    assert verdicts[1].note == "the visit added nothing the search had not shown"
+    assert verdicts[1].dimensions == {"logical": True, "tool_call": True, "info_gain": False}
+    assert (view.my_verdict.accepted, view.my_verdict.note) == (True, "good except the second visit")
+
+    # Streamlit scrolls inside its own container, so a "full page" shot is the viewport: make it tall enough.
+    page.set_viewport_size({"width": 1400, "height": 2300})
+    page.get_by_role("heading", name="Review").scroll_into_view_if_needed()
+    page.locator(".st-key-trajectory_verdict").wait_for()
+    shot = tmp_path / "review-dashboard.png"
+    page.screenshot(path=str(shot))
+    assert shot.stat().st_size > 10_000
+    if os.environ.get("FORGE_UPDATE_SCREENSHOT") == "1":
+        shutil.copyfile(shot, SCREENSHOT)
+
+
+def test_xss_payload_in_a_model_turn_is_inert_text(server, page):
+    url, store = server
+    _login(page, url, store.reviewer, store.reviewer_pw)
+    _open(page, store.questions["xss"])
+    turn = page.locator(".st-key-turn_1")
+    turn.get_by_text(store.xss_content, exact=True).wait_for()
+    assert turn.get_by_text(store.xss_reasoning, exact=True).is_visible()
+    assert page.get_by_text("<script>window.__xss=4</script> result", exact=True).is_visible()
+    assert page.locator(".st-key-final_answer").inner_text().strip() == "<i>Hans</i>"
+    assert page.evaluate("typeof window.__xss") == "undefined"
+    assert page.locator('img[src="x"]').count() == 0
+    assert page.locator("a[href^='javascript']").count() == 0
+    assert page.locator(".st-key-final_answer i").count() == 0  # <i> not parsed either

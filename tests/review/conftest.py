@@ -1,0 +1,82 @@
+"""Review-store fixtures: a real trajectory with critic labels, and the store on SQLite and on PostgreSQL
+(127.0.0.1:5432, database ``test``; each test gets its own schema; skipped with the reason where no server answers)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from forge.data.schemas import Message, ToolCall
+from forge.review import open_store
+from forge.search.trajectory import SearchTrajectory, TurnVerdict
+
+PG_URL = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"
+
+
+def make_trajectory(tag: str = "a", python: bool = False) -> SearchTrajectory:
+    """A three-turn search trajectory (search → visit → answer); the critic failed the visit on information gain.
+    With ``python=True`` the second call runs code, which makes it tool-use data."""
+    second = (ToolCall(name="python", arguments={"code": "print(2006 - 1990)"}) if python
+              else ToolCall(name="visit", arguments={"page": "The Holiday"}))
+    msgs = [
+        Message(role="user", content=f"What is the music of The Holiday? ({tag})"),
+        Message(role="assistant", reasoning="Search first.", tool_calls=[ToolCall(name="search",
+                                                                                 arguments={"query": "The Holiday"})]),
+        Message(role="tool", name="search", content="[1] The Holiday\n    The Holiday is a 2006 film."),
+        Message(role="assistant", reasoning="Open it.", tool_calls=[second]),
+        Message(role="tool", name=second.name, content="The Holiday\nThe music of The Holiday is Hans Zimmer."),
+        Message(role="assistant", reasoning="So the answer is Hans Zimmer.", content="Hans Zimmer"),
+    ]
+    traj = SearchTrajectory.build(source="test", qa_id=f"qa-{tag}", agent="planner", question=msgs[0].content,
+                                  gold_answer="Hans Zimmer", messages=msgs, final_answer="Hans Zimmer", correct=True)
+    verdicts = [TurnVerdict(message_index=1, logical=True, tool_call=True, info_gain=True),
+                TurnVerdict(message_index=3, logical=True, tool_call=True, info_gain=False, reasons=["no gain"]),
+                TurnVerdict(message_index=5, logical=True, tool_call=True, info_gain=True)]
+    return traj.model_copy(update={"verdicts": verdicts})
+
+
+def postgres_or_skip() -> None:
+    try:
+        import psycopg2
+
+        psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname="test", connect_timeout=2).close()
+    except Exception as err:  # noqa: BLE001 - any failure to connect means: no server to test against
+        pytest.skip(f"no PostgreSQL answering on 127.0.0.1:5432 db 'test' ({type(err).__name__}: {err})")
+
+
+@pytest.fixture
+def pg_schema():
+    """A fresh, empty PostgreSQL schema (dropped afterwards): parallel runs never share tables."""
+    postgres_or_skip()
+    schema = f"review_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(PG_URL)
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    yield schema
+    with admin.begin() as conn:
+        conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+    admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, tmp_path):
+    """(url, schema) of an empty store on each backend."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'review.db'}", None
+    return PG_URL, request.getfixturevalue("pg_schema")
+
+
+@pytest.fixture
+def engine(store):
+    url, schema = store
+    eng = open_store(url, schema=schema)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def make_traj():
+    """:func:`make_trajectory`, for tests (conftest modules are not importable under --import-mode=importlib)."""
+    return make_trajectory
