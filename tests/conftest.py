@@ -53,3 +53,30 @@ def tokenizer(wiki_texts):
     from forge.training.tokenizer import train_tokenizer
 
     return train_tokenizer(wiki_texts, TokenizerConfig(vocab_size=1024, max_training_chars=400_000))
+
+
+PG_URL = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"  # the server this machine and CI start
+
+
+@pytest.fixture
+def pg_schema():
+    """A fresh, empty schema on the PostgreSQL at 127.0.0.1:5432 (dropped afterwards), so parallel runs never share
+    tables; the test is skipped, with the reason, where no server answers (a laptop without PostgreSQL)."""
+    import uuid
+
+    from sqlalchemy import create_engine, text
+
+    try:
+        import psycopg2
+
+        psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname="test", connect_timeout=2).close()
+    except Exception as err:  # noqa: BLE001 - any failure to connect means: no server to test against
+        pytest.skip(f"no PostgreSQL answering on 127.0.0.1:5432 db 'test' ({type(err).__name__}: {err})")
+    schema = f"forge_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(PG_URL)
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    yield schema
+    with admin.begin() as conn:
+        conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+    admin.dispose()

@@ -122,30 +122,13 @@ PG_URL = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"
 
 
 @pytest.fixture
-def pg_store(tmp_path, monkeypatch) -> Store:
+def pg_store(tmp_path, monkeypatch, pg_schema) -> Store:
     """The same store in PostgreSQL (a fresh schema), reached by the app through ``FORGE_REVIEW_DB_URL``."""
-    import uuid
-
-    from sqlalchemy import create_engine, text
-
-    try:
-        import psycopg2
-
-        psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname="test", connect_timeout=2).close()
-    except Exception as err:  # noqa: BLE001 - any failure to connect means: no server to test against
-        pytest.skip(f"no PostgreSQL answering on 127.0.0.1:5432 db 'test' ({type(err).__name__}: {err})")
-    schema = f"dash_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(PG_URL)
-    with admin.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
     home = tmp_path / "home"
     monkeypatch.setenv("FORGE_HOME", str(home))
     monkeypatch.setenv("FORGE_REVIEW_DB_URL", PG_URL)
-    monkeypatch.setenv("FORGE_REVIEW_DB_SCHEMA", schema)
-    yield seed_store(home, PG_URL, schema)
-    with admin.begin() as conn:
-        conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-    admin.dispose()
+    monkeypatch.setenv("FORGE_REVIEW_DB_SCHEMA", pg_schema)
+    return seed_store(home, PG_URL, pg_schema)
 
 
 @pytest.fixture(scope="session")

@@ -1,18 +1,15 @@
 """Review-store fixtures: a real trajectory with critic labels, and the store on SQLite and on PostgreSQL
-(127.0.0.1:5432, database ``test``; each test gets its own schema; skipped with the reason where no server answers)."""
+(``pg_schema`` from tests/conftest.py: a fresh schema per test, skipped with the reason where no server answers)."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
-from sqlalchemy import create_engine, text
 
 from forge.data.schemas import Message, ToolCall
 from forge.review import open_store
 from forge.search.trajectory import SearchTrajectory, TurnVerdict
 
-PG_URL = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"
+PG_URL = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"  # as tests/conftest.py's pg_schema
 
 
 def make_trajectory(tag: str = "a", python: bool = False) -> SearchTrajectory:
@@ -35,29 +32,6 @@ def make_trajectory(tag: str = "a", python: bool = False) -> SearchTrajectory:
                 TurnVerdict(message_index=3, logical=True, tool_call=True, info_gain=False, reasons=["no gain"]),
                 TurnVerdict(message_index=5, logical=True, tool_call=True, info_gain=True)]
     return traj.model_copy(update={"verdicts": verdicts})
-
-
-def postgres_or_skip() -> None:
-    try:
-        import psycopg2
-
-        psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname="test", connect_timeout=2).close()
-    except Exception as err:  # noqa: BLE001 - any failure to connect means: no server to test against
-        pytest.skip(f"no PostgreSQL answering on 127.0.0.1:5432 db 'test' ({type(err).__name__}: {err})")
-
-
-@pytest.fixture
-def pg_schema():
-    """A fresh, empty PostgreSQL schema (dropped afterwards): parallel runs never share tables."""
-    postgres_or_skip()
-    schema = f"review_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(PG_URL)
-    with admin.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    yield schema
-    with admin.begin() as conn:
-        conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-    admin.dispose()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
