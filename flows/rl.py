@@ -38,9 +38,9 @@ def rl_flow(
             run_stage("cot-reconstruction", cot_reconstruction_task, config.refinement, config.generation,
                       sft["model_dir"], refined["traces"], config.seed)
             extra_pairs = refined["pairs"]
-        rm = run_stage("rm-pointwise", rm_pointwise_task, config.pointwise_rl, *common, sft["model_dir"],
-                       sft["version"], data["data_md5"], config.seed, extra_pairs, parent_run_id=parent,
-                       lineage=tags)
+        rm = run_stage("rm-pointwise", rm_pointwise_task, config.pointwise_rl, *common, config.generation,
+                       sft["model_dir"], sft["version"], base["model_dir"], data["mix_dir"], data["data_md5"],
+                       config.seed, extra_pairs, parent_run_id=parent, lineage=tags)
         point = run_stage("grpo-pointwise", grpo_pointwise_task, config.pointwise_rl, config.sft, *common,
                           config.generation, sft["model_dir"], sft["version"], rm, data["mix_dir"],
                           data["data_md5"], config.seed, parent_run_id=parent, lineage=tags)
@@ -52,6 +52,8 @@ def rl_flow(
                          data["data_md5"], config.seed, parent_run_id=parent, lineage=tags)
     metrics = {
         "rm_pointwise_heldout_accuracy": rm["metrics"]["heldout_pair_accuracy"],
+        **{f"rm_pointwise_heldout_accuracy_{s}": rm["metrics"][f"heldout_pair_accuracy_{s}"]
+           for s in ("hh", "forge") if f"heldout_pair_accuracy_{s}" in rm["metrics"]},
         "rm_pairwise_position_bias_rate": prm["metrics"]["position_bias_rate"],
         "grpo_pointwise_reward_gain": point["metrics"].get("reward_last20", 0.0)
         - point["metrics"].get("reward_first20", 0.0),

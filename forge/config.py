@@ -172,6 +172,14 @@ class PointwiseRLConfig(Strict):
     loss_type: str = Field("dapo", description="TRL GRPO loss type.")
     save_steps: int = Field(50, ge=1, description="Trainer checkpoint interval: a killed stage resumes here.")
     use_vllm: bool = Field(False, description="Rollouts through vLLM inside TRL (generation.vllm.trl_mode).")
+    overlong_penalty: float = Field(
+        1.0, ge=0, description="Subtracted from the RM score of a rollout cut at the length limit (§2.1.2 drives "
+        "truncation down; without it a small policy learns to fill the budget).")
+    forge_pairs: int = Field(
+        2000, ge=0, description="SFT-mix prompts answered by the weak (base) checkpoint: the reference answer over "
+        "that answer, checklist-filtered, joins the RM's pairs (0: none).")
+    forge_pair_max_new_tokens: int = Field(512, ge=8, description="Weak answers' budget; references are cut to it.")
+    forge_eval_pairs: int = Field(200, ge=0, description="Held-out reference-over-weak pairs (at most a third).")
 
 
 class PairwiseRLConfig(Strict):

@@ -21,6 +21,7 @@ from forge.config import (
     SFTConfig,
     TrainingRuntimeConfig,
 )
+from forge.data.pools import HH as HH_SOURCE
 from forge.hashing import value_digest
 from forge.workspace import Workspace
 from registry.tracking import DATA_MD5_TAG, PARENT_VERSION_TAG, STAGE_TAG, log_config, log_curve, start_stage_run
@@ -56,7 +57,8 @@ def _heldout_loss(model_dir: Path, heldout, sft: SFTConfig, runtime: TrainingRun
 def _log_rollout_curves(prefix: str, result) -> dict[str, float]:
     """Reward / overlong / repetition curves as plots, and first-vs-last 20% means as metrics."""
     metrics: dict[str, float] = {}
-    for key, label in (("reward", "mean reward"), ("overlong_rate", "overlong truncation rate"),
+    for key, label in (("reward", "mean reward"), ("rm_score", "RM score (before the overlong penalty)"),
+                       ("overlong_rate", "overlong truncation rate"),
                        ("repetition_rate", "repetition rate")):
         steps, values = result.series(key)
         if not values:
@@ -67,38 +69,67 @@ def _log_rollout_curves(prefix: str, result) -> dict[str, float]:
     return metrics
 
 
-@cached_task(name="rm-pointwise", modules=("forge.training.reward_model", "forge.data.jsonl"))
+@cached_task(name="rm-pointwise", modules=("forge.training.reward_model", "forge.training.pairwise_rm",
+                                            "forge.data.jsonl"))
 def rm_pointwise_task(
     cfg: PointwiseRLConfig,
     runtime: TrainingRuntimeConfig,
+    generation: GenerationConfig,
     policy_dir: str,
     policy_version: str,
+    weak_dir: str,
+    mix_dir: str,
     data_md5: str,
     seed: int,
     extra_pairs: str | None = None,
     parent_run_id: str | None = None,
     lineage: dict | None = None,
 ) -> dict:
-    """Bradley–Terry RM on the policy's backbone, trained on the preference pool (plus ``extra_pairs``, e.g. the
-    refined-over-draft pairs of Solution Refinement); registered ``forge-rm-pointwise``."""
+    """Bradley–Terry RM on the policy's backbone, registered ``forge-rm-pointwise``. Its pairs: the preference pool
+    (HH-RLHF), Forge's reference-over-weak pairs (the SFT mix's reference answer over the weak checkpoint's answer
+    to the same prompt, kept when the checklist agrees) and ``extra_pairs`` (refined-over-draft, when refinement
+    ran). Held-out accuracy is reported per source."""
+    from transformers import AutoTokenizer
+
     from forge.data.jsonl import read_jsonl
     from forge.data.schemas import PreferencePair
+    from forge.generation import get_backend
+    from forge.training.grpo import build_rl_prompts
+    from forge.training.pairwise_rm import FORGE_PAIR_SOURCE, filter_pairs, reference_over_weak, to_preference_pairs
     from forge.training.reward_model import split_pairs, train_reward_model
     from registry.models import register_checkpoint, set_version_metrics
 
     ws = Workspace.from_env()
     pairs = read_jsonl(ws.pools / "preferences.jsonl", PreferencePair).rows
-    train, heldout = split_pairs(pairs, cfg.rm_eval_pairs, seed)  # held-out: human preferences only
+    train, heldout = split_pairs(pairs, cfg.rm_eval_pairs, seed)
     if extra_pairs:
         train += read_jsonl(extra_pairs, PreferencePair).rows
-    out = ws.models / f"rm-pointwise-{value_digest(cfg, runtime, policy_dir, data_md5, seed, extra_pairs)}"
+    out = ws.models / (f"rm-pointwise-"
+                       f"{value_digest(cfg, runtime, generation, policy_dir, weak_dir, data_md5, seed, extra_pairs)}")
     tags = {**(lineage or {}), STAGE_TAG: "rm-pointwise", DATA_MD5_TAG: data_md5,
             PARENT_VERSION_TAG: f"forge-policy/{policy_version}"}
     with start_stage_run("rm-pointwise", parent_run_id=parent_run_id, tags=tags) as run:
         log_config(cfg)
+        metrics: dict[str, float] = {}
+        if cfg.forge_pairs:
+            tokenizer = AutoTokenizer.from_pretrained(policy_dir)
+            prompts = build_rl_prompts(_mix_rows(mix_dir)[0], tokenizer, max_prompts=cfg.forge_pairs,
+                                       max_prompt_tokens=cfg.max_prompt_length, seed=seed + 3)
+            weak = get_backend("vllm" if generation.backend == "vllm" else "transformers", model=weak_dir)
+            raw = reference_over_weak(weak, prompts, tokenizer, max_new_tokens=cfg.forge_pair_max_new_tokens,
+                                      temperature=generation.temperature, seed=seed)
+            kept, counts = filter_pairs(raw)
+            forge_train, forge_heldout = split_pairs(to_preference_pairs(kept), cfg.forge_eval_pairs, seed)
+            train += forge_train
+            heldout += forge_heldout
+            metrics |= {f"forge_pairs_{k}": v for k, v in counts.items()}
         res = train_reward_model(Path(policy_dir), train, heldout, cfg, runtime, out, seed, _mlflow_logger())
-        metrics = {"heldout_pair_accuracy": res.accuracy_after, "heldout_pair_accuracy_before": res.accuracy_before,
-                   "train_pairs": res.train_pairs, "heldout_pairs": res.eval_pairs}
+        metrics |= {"heldout_pair_accuracy": res.accuracy_after, "heldout_pair_accuracy_before": res.accuracy_before,
+                    "train_pairs": res.train_pairs, "heldout_pairs": res.eval_pairs}
+        for source, name in ((HH_SOURCE, "hh"), (FORGE_PAIR_SOURCE, "forge")):
+            if source in res.by_source_after:
+                metrics[f"heldout_pair_accuracy_{name}"] = res.by_source_after[source]
+                metrics[f"heldout_pair_accuracy_{name}_before"] = res.by_source_before[source]
         mlflow.log_metrics(metrics)
         log_curve("rm_pointwise_train_loss", [p[0] for p in res.train_curve], [p[1] for p in res.train_curve],
                   "Bradley–Terry loss")
@@ -182,7 +213,7 @@ def grpo_pointwise_task(
 
     def make_reward(tokenizer):
         return PointwiseRMReward(RewardScorer(rm["model_dir"], max_length=cfg.rm_max_length),
-                                 cfg.max_completion_length, [tokenizer.eos_token_id])
+                                 cfg.max_completion_length, [tokenizer.eos_token_id], cfg.overlong_penalty)
 
     return _grpo_stage("grpo-pointwise", "forge-rm-pointwise", make_reward, cfg, sft, runtime, generation,
                        policy_dir, policy_version, rm, mix_dir, data_md5, seed, seed, parent_run_id, lineage)

@@ -147,24 +147,40 @@ class RolloutStats:
 
 
 class PointwiseRMReward:
-    """GRPO reward = the frozen point-wise RM's score of (prompt history + rollout) (§2.1.2).
+    """GRPO reward = the frozen point-wise RM's score of (prompt history + rollout) (§2.1.2), minus
+    ``overlong_penalty`` for a rollout cut at the length limit.
+
+    The penalty is what keeps a small policy from buying reward with length: an RM trained on short reference
+    answers still scores a longer answer's extra words, and a rollout that never ends is truncated mid-thought
+    (§2.1.2 reports the truncation rate falling from 5.27% to 0.38%).
 
     Args:
         scorer: a :class:`forge.training.reward_model.RewardScorer` (or anything with ``score(histories, answers)``).
         max_completion_length: GRPO's completion budget, to count overlong (truncated) rollouts.
         stop_ids: token ids that end a turn.
+        overlong_penalty: subtracted from a truncated rollout's score (0: none).
     """
 
     __name__ = "rm_pointwise"
 
-    def __init__(self, scorer: Any, max_completion_length: int, stop_ids: Sequence[int] = ()) -> None:
+    def __init__(
+        self, scorer: Any, max_completion_length: int, stop_ids: Sequence[int] = (), overlong_penalty: float = 0.0
+    ) -> None:
         self.scorer = scorer
         self.stats = RolloutStats(max_completion_length, stop_ids)
+        self.overlong_penalty = overlong_penalty
 
     def __call__(self, prompts: list[Chat], completions: list[Any], completion_ids=None, log_metric=None, **kwargs):
         texts = [completion_text(c) for c in completions]
         self.stats(texts, completion_ids, log_metric)
-        return self.scorer.score([list(p) for p in prompts], texts)
+        scores = self.scorer.score([list(p) for p in prompts], texts)
+        if log_metric is not None:
+            log_metric("rm_score", sum(scores) / max(1, len(scores)))
+        if not self.overlong_penalty or completion_ids is None:
+            return scores
+        limit, stops = self.stats.max_completion_length, self.stats.stop_ids
+        return [s - self.overlong_penalty * is_overlong(ids, limit, stops) for s, ids in zip(scores, completion_ids,
+                                                                                             strict=True)]
 
 
 # --- trainer --------------------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from transformers import PreTrainedTokenizerBase, Trainer, TrainingArguments
 from transformers.trainer_callback import PrinterCallback
 
 from forge.config import PairwiseRLConfig, TrainingRuntimeConfig
+from forge.data.schemas import Message, PreferencePair
 from forge.generation.base import GenerationBackend
 from forge.training.checkpoints import (
     ForwardMetrics,
@@ -156,6 +157,43 @@ def filter_pairs(pairs: list[StrongWeakPair]) -> tuple[list[StrongWeakPair], dic
         else:
             counts["disagree"] += 1
     return kept, counts
+
+
+FORGE_PAIR_SOURCE = "reference-over-weak"
+
+
+def reference_over_weak(
+    weak: GenerationBackend,
+    prompts: list[dict[str, Any]],
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    seed: int = 0,
+) -> list[StrongWeakPair]:
+    """Pairs whose strong side is the prompt's reference answer (the teacher that wrote the SFT data) and whose
+    weak side is the weak checkpoint's answer. The reference is cut to the weak side's token budget, so that
+    length alone cannot tell the two apart."""
+    answers = weak.generate([p["prompt"] for p in prompts], max_new_tokens=max_new_tokens, temperature=temperature,
+                            seed=seed)
+    pairs = []
+    for p, w in zip(prompts, answers, strict=True):
+        ids = tokenizer(p["reference"], add_special_tokens=False)["input_ids"]
+        ref = p["reference"] if len(ids) <= max_new_tokens else tokenizer.decode(ids[:max_new_tokens])
+        pairs.append(StrongWeakPair(p["prompt"], ref, w, p["reference"], p.get("domain", "general")))
+    return pairs
+
+
+def to_preference_pairs(pairs: list[StrongWeakPair], source: str = FORGE_PAIR_SOURCE) -> list[PreferencePair]:
+    """Strong-over-weak pairs as point-wise preference rows (chosen = strong); identical answers are skipped."""
+    out = []
+    for p in pairs:
+        if p.strong.strip() and p.weak.strip() and p.strong != p.weak:
+            out.append(PreferencePair.build(
+                source=source, domain=p.domain, chosen=p.strong, rejected=p.weak,
+                prompt=[Message(role=m["role"], content=m["content"]) for m in p.history],
+            ))
+    return out
 
 
 # --- model input ----------------------------------------------------------------------------------------------------

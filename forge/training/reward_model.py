@@ -111,14 +111,29 @@ def score_ids(model, pad_token_id: int, sequences: list[list[int]], batch_size: 
     return scores
 
 
-def pair_accuracy(model, tokenizer, pairs: list[PreferencePair], max_length: int) -> float:
-    """Share of pairs whose chosen answer scores strictly above the rejected one (ties count as wrong)."""
+def pair_wins(model, tokenizer, pairs: list[PreferencePair], max_length: int) -> list[bool]:
+    """Per pair: does the chosen answer score strictly above the rejected one (a tie counts as wrong)?"""
     if not pairs:
-        return float("nan")
+        return []
     ds = tokenize_pairs(tokenizer, pairs, max_length)
     chosen = score_ids(model, tokenizer.pad_token_id, ds["chosen_ids"])
     rejected = score_ids(model, tokenizer.pad_token_id, ds["rejected_ids"])
-    return sum(c > r for c, r in zip(chosen, rejected, strict=True)) / len(pairs)
+    return [c > r for c, r in zip(chosen, rejected, strict=True)]
+
+
+def pair_accuracy(model, tokenizer, pairs: list[PreferencePair], max_length: int) -> float:
+    """Share of pairs whose chosen answer scores strictly above the rejected one (ties count as wrong)."""
+    wins = pair_wins(model, tokenizer, pairs, max_length)
+    return sum(wins) / len(wins) if wins else float("nan")
+
+
+def accuracy_by_source(model, tokenizer, pairs: list[PreferencePair], max_length: int) -> dict[str, float]:
+    """Pair accuracy per ``source`` (HH-RLHF, Forge's reference-over-weak pairs, refinement pairs), plus ``"all"``."""
+    wins = pair_wins(model, tokenizer, pairs, max_length)
+    groups: dict[str, list[bool]] = {"all": wins}
+    for pair, win in zip(pairs, wins, strict=True):
+        groups.setdefault(pair.source, []).append(win)
+    return {name: sum(ws) / len(ws) if ws else float("nan") for name, ws in groups.items()}
 
 
 def split_pairs(pairs: list[PreferencePair], eval_pairs: int, seed: int) -> tuple[list, list]:
@@ -134,6 +149,8 @@ class RewardModelResult:
     out_dir: Path
     accuracy_before: float
     accuracy_after: float
+    by_source_before: dict[str, float] = field(default_factory=dict)  # held-out accuracy per pair source
+    by_source_after: dict[str, float] = field(default_factory=dict)
     train_curve: list[tuple[int, float]] = field(default_factory=list)
     steps: int = 0
     seconds: float = 0.0
@@ -200,19 +217,21 @@ def train_reward_model(
     work_dir.mkdir(parents=True, exist_ok=True)
     trainer = build_reward_trainer(model_dir, train_pairs, cfg, runtime, work_dir, seed, log_metrics)
     tokenizer = trainer.processing_class
-    before = pair_accuracy(trainer.model, tokenizer, eval_pairs, cfg.rm_max_length)
+    before = accuracy_by_source(trainer.model, tokenizer, eval_pairs, cfg.rm_max_length)
     resume = find_resume_checkpoint(work_dir)
-    logger.info("rm-pointwise: %d train pairs, held-out accuracy %.3f before", len(train_pairs), before)
+    logger.info("rm-pointwise: %d train pairs, held-out accuracy %s before", len(train_pairs), _fmt(before))
     trainer.train(resume_from_checkpoint=resume)
-    after = pair_accuracy(trainer.model, tokenizer, eval_pairs, cfg.rm_max_length)
-    logger.info("rm-pointwise: %d steps, held-out accuracy %.3f after", trainer.state.global_step, after)
+    after = accuracy_by_source(trainer.model, tokenizer, eval_pairs, cfg.rm_max_length)
+    logger.info("rm-pointwise: %d steps, held-out accuracy %s after", trainer.state.global_step, _fmt(after))
     save_atomically(trainer.model, tokenizer, out_dir)
     shutil.rmtree(work_dir, ignore_errors=True)
     curve = [(int(r["step"]), float(r["loss"])) for r in trainer.state.log_history if "loss" in r]
     return RewardModelResult(
         out_dir=out_dir,
-        accuracy_before=before,
-        accuracy_after=after,
+        accuracy_before=before["all"],
+        accuracy_after=after["all"],
+        by_source_before=before,
+        by_source_after=after,
         train_curve=curve,
         steps=trainer.state.global_step,
         seconds=time.monotonic() - start,
@@ -220,6 +239,10 @@ def train_reward_model(
         eval_pairs=len(eval_pairs),
         resumed_from_step=int(Path(resume).name.split("-")[-1]) if resume else None,
     )
+
+
+def _fmt(by_source: dict[str, float]) -> str:
+    return ", ".join(f"{name} {acc:.3f}" for name, acc in by_source.items())
 
 
 class RewardScorer:
