@@ -1,5 +1,6 @@
-"""Point-wise RL (§2.1.2): the Bradley–Terry RM beats chance on held-out HH-RLHF pairs, and GRPO with the frozen RM
-as reward raises the mean reward (last 20% of steps above the first 20%), logging truncation and repetition."""
+"""Point-wise RL (§2.1.2): the Bradley–Terry RM beats chance on held-out HH-RLHF pairs and on Forge's
+reference-over-weak pairs, GRPO with the frozen RM as reward raises the mean reward (last 20% of steps above the
+first 20%) while logging truncation and repetition, and a truncated rollout pays the overlong penalty."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 from forge.config import BaseModelConfig, PointwiseRLConfig, TrainingRuntimeConfig
 from forge.data import corpora as C
 from forge.data.pools import hh_chat, hh_preference
+from forge.generation.transformers_backend import TransformersBackend
 from forge.training.base_model import build_model
 from forge.training.checkpoints import save_atomically
 from forge.training.grpo import (
@@ -19,6 +21,7 @@ from forge.training.grpo import (
     repetition_fraction,
     run_grpo,
 )
+from forge.training.pairwise_rm import FORGE_PAIR_SOURCE, filter_pairs, reference_over_weak, to_preference_pairs
 from forge.training.reward_model import RewardScorer, split_pairs, train_reward_model
 
 RUNTIME = TrainingRuntimeConfig()
@@ -53,19 +56,75 @@ def base_dir(tokenizer, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def rm(hh, base_dir, tmp_path_factory):
-    train, heldout = split_pairs(_valid(hh_preference, hh), 200, seed=0)
+def hh_split(hh):
+    return split_pairs(_valid(hh_preference, hh), 200, seed=0)
+
+
+@pytest.fixture(scope="module")
+def forge_pairs(hh, hh_split, base_dir, tokenizer):
+    """Reference-over-weak pairs: HH-RLHF's chosen answer (cut to 24 tokens) over the untrained base model's, on
+    conversations outside the HH held-out set (their chosen answers must not leak into training)."""
+    heldout = {p.parents[0] for p in hh_split[1]}
+    chats = [c for c in _valid(hh_chat, hh) if c.parents[0] not in heldout]
+    prompts = build_rl_prompts(chats, tokenizer, max_prompts=300, max_prompt_tokens=96, seed=1)
+    raw = reference_over_weak(TransformersBackend(base_dir, batch_size=32), prompts, tokenizer, max_new_tokens=24,
+                              temperature=1.0, seed=0)
+    kept, counts = filter_pairs(raw)
+    return raw, kept, counts
+
+
+@pytest.fixture(scope="module")
+def rm(hh_split, base_dir, forge_pairs, tmp_path_factory):
+    train, heldout = hh_split
+    forge_train, forge_heldout = split_pairs(to_preference_pairs(forge_pairs[1]), 60, seed=0)
     out = tmp_path_factory.mktemp("rl") / "rm"
-    return train_reward_model(base_dir, train, heldout, RM_CFG, RUNTIME, out)
+    return train_reward_model(base_dir, train + forge_train, heldout + forge_heldout, RM_CFG, RUNTIME, out)
+
+
+def test_reference_over_weak_pairs(forge_pairs, tokenizer):
+    raw, kept, counts = forge_pairs
+    assert len(raw) == 300 and counts["kept"] == len(kept) and sum(counts.values()) == 300
+    assert counts["kept"] > 200  # an untrained model's text loses to the reference on the checklist
+    for pair in raw:  # cut to the budget (re-encoding the decoded cut may merge a few tokens differently)
+        assert len(tokenizer(pair.strong, add_special_tokens=False)["input_ids"]) <= 24 + 4
+        assert pair.reference.startswith(pair.strong[:20])
+    assert sum(p.strong != p.reference for p in raw) > 100  # most HH answers are longer than 24 tokens
+    rows = to_preference_pairs(kept)
+    assert {r.source for r in rows} == {FORGE_PAIR_SOURCE}
+    assert all(r.chosen == p.strong and r.rejected == p.weak for r, p in zip(rows, kept, strict=True))
+    assert [m.content for m in rows[0].prompt] == [m["content"] for m in kept[0].history]
 
 
 def test_reward_model_beats_chance_on_heldout_pairs(rm):
-    # 200 held-out HH-RLHF harmless pairs; a fresh head is at chance, the trained RM clearly above it.
-    assert rm.eval_pairs == 200
-    assert abs(rm.accuracy_before - 0.5) < 0.06
-    assert rm.accuracy_after >= 0.55, rm
+    # 200 held-out HH-RLHF harmless pairs + 60 reference-over-weak pairs; a fresh head is at chance on HH, the
+    # trained RM clearly above it, and near-perfect on telling the reference from an untrained model's text.
+    hh_key = "hh_rlhf_harmless/harmless-base-test.jsonl.gz"
+    assert rm.eval_pairs == 260 and set(rm.by_source_after) == {"all", hh_key, FORGE_PAIR_SOURCE}
+    assert abs(rm.by_source_before[hh_key] - 0.5) < 0.06
+    assert rm.by_source_after[hh_key] >= 0.55, rm
+    assert rm.by_source_after[FORGE_PAIR_SOURCE] >= 0.9, rm
+    overall = (200 * rm.by_source_after[hh_key] + 60 * rm.by_source_after[FORGE_PAIR_SOURCE]) / 260
+    assert rm.accuracy_after == pytest.approx(overall)
     assert rm.train_curve[-1][1] < rm.train_curve[0][1]  # the Bradley–Terry loss fell
     assert (rm.out_dir / "config.json").exists()
+
+
+def test_truncated_rollouts_pay_the_overlong_penalty(rm, tokenizer):
+    scorer = RewardScorer(rm.out_dir, max_length=256)
+    eos = tokenizer.eos_token_id
+    history = [{"role": "user", "content": "How do I bake bread?"}]
+    texts = ["Mix flour, water and yeast, then bake.", "Mix flour, water and yeast, then bake."]
+    ids = [[5, 6, 7, eos], [5, 6, 7, 8]]  # same text; the second was cut at the 4-token limit
+    logged: dict[str, float] = {}
+    reward = PointwiseRMReward(scorer, 4, [eos], overlong_penalty=1.5)
+    got = reward([history, history], [[{"role": "assistant", "content": t}] for t in texts], completion_ids=ids,
+                 log_metric=logged.__setitem__)
+    raw = scorer.score([history, history], texts)
+    assert got == pytest.approx([raw[0], raw[1] - 1.5])
+    assert logged["overlong_rate"] == 0.5 and logged["rm_score"] == pytest.approx(sum(raw) / 2)
+    plain = PointwiseRMReward(scorer, 4, [eos])(  # no penalty: the RM score as it is
+        [history, history], texts, completion_ids=ids)
+    assert plain == pytest.approx(raw)
 
 
 @pytest.mark.parametrize(
