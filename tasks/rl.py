@@ -138,11 +138,14 @@ def rm_pointwise_task(
     return {"model_dir": str(out), "run_id": run.info.run_id, "version": version, "metrics": metrics}
 
 
-def _register_policy(out: Path, run_id: str, tags: dict, metrics: dict) -> str:
+def _register_policy(out: Path, run_id: str, tags: dict, eval_metrics: dict) -> str:
+    """Register a GRPO policy. Only evaluation metrics go on the version: the promotion gate compares every metric
+    a version carries, and a stage's rollout diagnostics (reward under its own RM, truncation rate) are neither
+    comparable across reward models nor "higher is better"; they stay on the stage's MLflow run."""
     from registry.models import register_checkpoint, set_version_metrics
 
     version = register_checkpoint(out, "forge-policy", run_id=run_id, tags=tags)
-    set_version_metrics("forge-policy", version, metrics)
+    set_version_metrics("forge-policy", version, eval_metrics)
     return version
 
 
@@ -187,7 +190,7 @@ def _grpo_stage(
         metrics = _log_rollout_curves(stage.replace("-", "_"), result)
         metrics["sft_heldout_loss"] = _heldout_loss(out, heldout, sft, runtime)
         mlflow.log_metrics(metrics)
-        version = _register_policy(out, run.info.run_id, tags, metrics)
+        version = _register_policy(out, run.info.run_id, tags, {"sft_heldout_loss": metrics["sft_heldout_loss"]})
     return {"model_dir": str(out), "run_id": run.info.run_id, "version": version, "metrics": metrics,
             "seconds": time.time() - started}
 

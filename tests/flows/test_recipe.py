@@ -183,6 +183,12 @@ def test_champion_is_the_final_rl_policy_with_lineage(scenario):
             break
         version = client.get_model_version(name, number)
     assert chain == ["grpo-pairwise", "grpo-pointwise", "sft"] and name == "forge-base"
+    # The gate compares every metric a version carries: a GRPO policy carries evaluations only, never its
+    # rollout diagnostics (reward under its own RM, truncation rate), which are not comparable across versions.
+    champion = client.get_model_version_by_alias("forge-policy", "champion")
+    gated = {k.removeprefix("metric.") for k in champion.tags if k.startswith("metric.")}
+    assert "sft_heldout_loss" in gated and "humaneval_pass_at_1" in gated
+    assert not {m for m in gated if m.startswith(("reward", "overlong", "repetition", "rm_score"))}, gated
     for rm in ("forge-rm-pointwise", "forge-rm-pairwise"):
         versions = client.search_model_versions(f"name = '{rm}'")
         assert versions and versions[0].tags["forge.parent_version"].startswith("forge-policy/")
