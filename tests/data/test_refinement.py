@@ -7,7 +7,13 @@ from __future__ import annotations
 import pytest
 
 from forge.config import BaseModelConfig
-from forge.data.refinement import RefinementTrace, reconstruct_cot, refine_solutions, refined_outputs
+from forge.data.refinement import (
+    RefinementTrace,
+    _strip_think,
+    reconstruct_cot,
+    refine_solutions,
+    refined_outputs,
+)
 from forge.data.schemas import ChatSample, Message
 from forge.generation import get_backend
 from forge.generation.openai_server import make_server, start_in_thread
@@ -24,31 +30,66 @@ def _items() -> list[tuple[ChatSample, list[dict], str]]:
     return out
 
 
-class Scripted:
-    """A generation backend that answers from a script (to pin down the loop's bookkeeping exactly)."""
+class Recording(TransformersBackend):
+    """The real transformers backend, keeping every conversation it was asked to complete."""
 
-    def __init__(self, replies: list[str]) -> None:
-        self.replies, self.prompts = list(replies), []
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.prompts: list[list[dict]] = []
 
     def generate(self, prompts, **kwargs):
         self.prompts.extend(prompts)
-        return [self.replies.pop(0) for _ in prompts]
+        return super().generate(prompts, **kwargs)
 
 
-def test_rounds_keep_the_last_nonempty_revision():
-    items = _items()[:1]
-    backend = Scripted(["too low", "It is 42.", "<think>hm</think>fine", "", "<think>x</think>6*7 = 42"])
-    traces = refine_solutions(backend, items, iterations=2, max_new_tokens=8)
-    trace = traces[0]
-    assert trace.critiques == ["too low", "fine"] and trace.revisions == ["It is 42.", ""]
-    assert trace.final == "It is 42."  # round 2's empty revision keeps round 1's answer
-    assert "It is 41." in backend.prompts[1][-1]["content"] and "too low" in backend.prompts[1][-1]["content"]
-    reconstruct_cot(backend, traces, max_new_tokens=8)
-    assert trace.reasoning == "6*7 = 42"
+def _tiny_model(tokenizer, seed: int):
+    cfg = BaseModelConfig(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=128, seed=seed)
+    return build_model(cfg, tokenizer)
+
+
+def test_each_round_revises_the_previous_final_answer(tokenizer):
+    items = _items()
+    backend = Recording(_tiny_model(tokenizer, 3), tokenizer, batch_size=8, device="cpu")
+    traces = refine_solutions(backend, items, iterations=2, max_new_tokens=8, temperature=1.0, seed=1)
+    # Four batches of two: critiques and revisions of round 1, then of round 2.
+    assert len(backend.prompts) == 8
+    crit1, rev1, crit2, rev2 = (backend.prompts[i : i + 2] for i in range(0, 8, 2))
+    for i, (trace, (_, _, draft)) in enumerate(zip(traces, items, strict=True)):
+        assert len(trace.critiques) == len(trace.revisions) == 2
+        assert draft in crit1[i][-1]["content"] and draft in rev1[i][-1]["content"]
+        assert trace.critiques[0] in rev1[i][-1]["content"]
+        after_round1 = trace.revisions[0] or draft  # an empty revision keeps the answer it was meant to improve
+        assert f"Answer to review:\n{after_round1}" in crit2[i][-1]["content"]
+        assert f"Draft answer:\n{after_round1}" in rev2[i][-1]["content"]
+        assert trace.final == (trace.revisions[1] or after_round1)
+    assert any(t.final != d for t, (_, _, d) in zip(traces, items, strict=True))  # a sampled model says something
+    reconstruct_cot(backend, traces, max_new_tokens=8, temperature=1.0)
+    assert all(f"Final answer:\n{t.final}" in p[-1]["content"] for t, p in zip(traces, backend.prompts[8:], strict=True))
     rows, pairs = refined_outputs(traces)
-    assert rows[0].messages[-1].content == "It is 42." and rows[0].messages[-1].reasoning == "6*7 = 42"
-    assert rows[0].parents == [items[0][0].id]
-    assert (pairs[0].chosen, pairs[0].rejected) == ("It is 42.", "It is 41.")
+    assert [r.messages[-1].content for r in rows] == [t.final for t in traces]
+    assert [r.parents for r in rows] == [[row.id] for row, _, _ in items]
+    changed = [t for t in traces if t.final.strip() != t.draft.strip()]
+    assert [(p.chosen, p.rejected) for p in pairs] == [(t.final, t.draft) for t in changed]
+
+
+def test_an_empty_revision_keeps_the_answer_it_was_meant_to_improve(tokenizer):
+    model = _tiny_model(tokenizer, 4)
+    # A real model that can only end its turn: every critique and revision comes back empty.
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    model.generation_config.suppress_tokens = [i for i in range(len(tokenizer)) if i != im_end]
+    backend = TransformersBackend(model, tokenizer, batch_size=8, device="cpu")
+    traces = refine_solutions(backend, _items(), iterations=2, max_new_tokens=6, temperature=1.0)
+    assert all(t.revisions == ["", ""] and t.final == t.draft for t in traces)
+    rows, pairs = refined_outputs(traces)
+    assert [r.messages[-1].content for r in rows] == [t.draft for t in traces] and pairs == []
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("<think>why</think> The answer.", "The answer."), ("  plain  ", "plain"), ("<think>only</think>", "")],
+)
+def test_only_the_visible_answer_is_refined(text, expected):
+    assert _strip_think(text) == expected
 
 
 def test_unchanged_answer_makes_no_pair():
@@ -59,8 +100,7 @@ def test_unchanged_answer_makes_no_pair():
 
 @pytest.fixture(scope="module")
 def local(tokenizer):
-    cfg = BaseModelConfig(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=128, seed=5)
-    return TransformersBackend(build_model(cfg, tokenizer), tokenizer, batch_size=8, device="cpu")
+    return TransformersBackend(_tiny_model(tokenizer, 5), tokenizer, batch_size=8, device="cpu")
 
 
 def test_refinement_through_policy_and_teacher_endpoint(local):
