@@ -19,11 +19,11 @@ from tasks._cache import cached_task
 
 
 def _backend(generation: GenerationConfig, model_dir: str):
-    from forge.generation import get_backend
+    from forge.generation import get_backend, local_backend
 
     if generation.openai_base_url:
         return get_backend("openai", base_url=generation.openai_base_url)
-    return get_backend("vllm" if generation.backend == "vllm" else "transformers", model=model_dir)
+    return local_backend(generation.backend, model_dir)
 
 
 @cached_task(name="solution-refinement", modules=("forge.data.refinement", "forge.training.grpo", "forge.data.jsonl"))

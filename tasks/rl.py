@@ -93,7 +93,7 @@ def rm_pointwise_task(
 
     from forge.data.jsonl import read_jsonl
     from forge.data.schemas import PreferencePair
-    from forge.generation import get_backend
+    from forge.generation import local_backend
     from forge.training.grpo import build_rl_prompts
     from forge.training.pairwise_rm import FORGE_PAIR_SOURCE, filter_pairs, reference_over_weak, to_preference_pairs
     from forge.training.reward_model import split_pairs, train_reward_model
@@ -115,7 +115,7 @@ def rm_pointwise_task(
             tokenizer = AutoTokenizer.from_pretrained(policy_dir)
             prompts = build_rl_prompts(_mix_rows(mix_dir)[0], tokenizer, max_prompts=cfg.forge_pairs,
                                        max_prompt_tokens=cfg.max_prompt_length, seed=seed + 3)
-            weak = get_backend("vllm" if generation.backend == "vllm" else "transformers", model=weak_dir)
+            weak = local_backend(generation.backend, weak_dir)
             raw = reference_over_weak(weak, prompts, tokenizer, max_new_tokens=cfg.forge_pair_max_new_tokens,
                                       temperature=generation.temperature, seed=seed)
             kept, counts = filter_pairs(raw)
@@ -224,11 +224,11 @@ def grpo_pointwise_task(
 
 def _strong_backend(generation: GenerationConfig, model_dir: str):
     """The strong side of the pairs: the teacher endpoint when one is configured, else the given checkpoint."""
-    from forge.generation import get_backend
+    from forge.generation import get_backend, local_backend
 
     if generation.backend == "openai" and generation.openai_base_url:
         return get_backend("openai", base_url=generation.openai_base_url)
-    return get_backend("vllm" if generation.backend == "vllm" else "transformers", model=model_dir)
+    return local_backend(generation.backend, model_dir)
 
 
 @cached_task(name="rm-pairwise", modules=("forge.training.pairwise_rm", *RL_MODULES))
@@ -248,7 +248,7 @@ def rm_pairwise_task(
     """Strong-vs-weak answers, checklist-filtered labels, pairwise RM with the swap-consistency term (§2.1.3)."""
     from transformers import AutoTokenizer
 
-    from forge.generation import get_backend
+    from forge.generation import local_backend
     from forge.training.grpo import build_rl_prompts
     from forge.training.pairwise_rm import StrongWeakPair, filter_pairs, generate_strong_weak, train_pairwise_rm
     from registry.models import register_checkpoint, set_version_metrics
@@ -263,7 +263,7 @@ def rm_pairwise_task(
             PARENT_VERSION_TAG: f"forge-policy/{policy_version}"}
     with start_stage_run("rm-pairwise", parent_run_id=parent_run_id, tags=tags) as run:
         log_config(cfg)
-        weak = get_backend("vllm" if generation.backend == "vllm" else "transformers", model=weak_dir)
+        weak = local_backend(generation.backend, weak_dir)
         raw = generate_strong_weak(_strong_backend(generation, strong_dir), weak, prompts,
                                    max_new_tokens=cfg.pair_max_new_tokens, temperature=generation.temperature,
                                    seed=seed)

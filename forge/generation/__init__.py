@@ -51,4 +51,10 @@ def get_backend(name: str, **kwargs: Any) -> GenerationBackend:
     return cls(**kwargs)
 
 
-__all__ = ["BACKENDS", "GenerationBackend", "format_assistant_text", "get_backend"]
+def local_backend(backend: str, model_dir: str) -> GenerationBackend:
+    """A local checkpoint's backend under the profile's ``generation.backend``: vLLM when the profile generates
+    with vLLM, else transformers (an HTTP endpoint serves its own model, not this checkpoint)."""
+    return get_backend("vllm" if backend == "vllm" else "transformers", model=model_dir)
+
+
+__all__ = ["BACKENDS", "GenerationBackend", "format_assistant_text", "get_backend", "local_backend"]
