@@ -6,6 +6,13 @@ corpus row to a synthesized item, a mix, a checkpoint and an eval score.
 
     row = ChatSample.build(domain="stem", source="gsm8k/train", messages=[...])
     row.id  # 'cs-…' stable hash of the content
+
+A :class:`SearchTrajectory` is an agent's tool-using conversation with one :class:`TurnVerdict` per assistant
+turn (critic or human); deep-search synthesis (forge/search/) writes them and the review store (forge/review/)
+keeps them. What training takes from one:
+
+    sample = traj.to_chat_sample()         # failing turns get Message.loss = False (no SFT loss)
+    rewards = traj.turn_rewards()          # +1 / -1 per assistant turn for RL
 """
 
 from __future__ import annotations
@@ -158,9 +165,88 @@ class SearchQA(Row):
     walk: dict[str, Any] | None = Field(None, description="Head, per-hop constraints, gold tails, walk parameters.")
 
 
+PASS_REWARD = 1.0
+FAIL_REWARD = -1.0
+
+
+class TurnVerdict(BaseModel):
+    """The judgement of one assistant turn on the paper's three dimensions (§2.2.1)."""
+
+    model_config = ConfigDict(extra="forbid")
+    message_index: int = Field(ge=0, description="Index of the assistant message in the trajectory.")
+    logical: bool = Field(description="Logically sound: grounded in what was seen, consistent, correct answer.")
+    tool_call: bool = Field(description="Tool-call accurate: known tool, valid arguments, not redundant, no error.")
+    info_gain: bool = Field(description="The observation adds new facts about the gold path.")
+    reasons: list[str] = Field(default_factory=list)
+    judge: Literal["rule", "llm", "human"] = "rule"
+
+    @property
+    def passed(self) -> bool:
+        return self.logical and self.tool_call and self.info_gain
+
+    @property
+    def reward(self) -> float:
+        return PASS_REWARD if self.passed else FAIL_REWARD
+
+
+class SearchTrajectory(Row):
+    """One agent's attempt at a :class:`SearchQA`: the conversation in :class:`ChatSample`'s message format plus
+    who produced it, whether the final answer is right, and the per-turn verdicts."""
+
+    _id_prefix = "tr"
+    qa_id: str
+    agent: str
+    question: str
+    gold_answer: str
+    messages: list[Message] = Field(min_length=2)
+    tools: list[ToolSpec] = Field(default_factory=list, description="The tools the agent was given (its producer "
+                                  "passes them, so a stored row says which tools its calls refer to).")
+    final_answer: str | None = None
+    correct: bool = False
+    bad_turns: list[int] = Field(default_factory=list, description="Turns the agent made bad on purpose (noise, "
+                                 "detours, injected faults): ground truth for measuring the critic.")
+    verdicts: list[TurnVerdict] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _calls_known_tools(self) -> SearchTrajectory:
+        known = {t.function.name for t in self.tools}
+        for m in self.messages:
+            for call in m.tool_calls:
+                if call.name not in known:
+                    raise ValueError(f"tool call to {call.name!r}, which is not among the trajectory's tools")
+        return self
+
+    def assistant_indices(self) -> list[int]:
+        return [i for i, m in enumerate(self.messages) if m.role == "assistant"]
+
+    def uses(self, tool: str) -> bool:
+        return any(c.name == tool for m in self.messages for c in m.tool_calls)
+
+    @property
+    def domain(self) -> Domain:
+        """The SFT domain it feeds: trajectories that run ``python`` are tool-use data, the others deep search."""
+        return "tool_use" if self.uses("python") else "deep_search"
+
+    def to_chat_sample(self, verdicts: list[TurnVerdict] | None = None) -> ChatSample:
+        """The SFT sample: same messages and tools, each assistant turn trained on only if its verdict passed
+        (``verdicts`` defaults to the trajectory's own)."""
+        verdicts = self.verdicts if verdicts is None else verdicts
+        failed = {v.message_index for v in verdicts if not v.passed}
+        messages = [m.model_copy(update={"loss": i not in failed}) if m.role == "assistant" else m
+                    for i, m in enumerate(self.messages)]
+        return ChatSample.build(domain=self.domain, source=self.source, parents=[self.qa_id, self.id],
+                                messages=messages, tools=self.tools)
+
+    def turn_rewards(self, verdicts: list[TurnVerdict] | None = None) -> list[float]:
+        """One reward per assistant turn, in order (agentic RL's turn-level signal); 0 for an unjudged turn."""
+        by_index = {v.message_index: v for v in (self.verdicts if verdicts is None else verdicts)}
+        return [by_index[i].reward if i in by_index else 0.0 for i in self.assistant_indices()]
+
+
 SCHEMAS: dict[str, type[Row]] = {
     "chat": ChatSample,
     "preference": PreferencePair,
     "code": CodeProblem,
     "search_qa": SearchQA,
+    "trajectory": SearchTrajectory,
 }

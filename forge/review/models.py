@@ -2,7 +2,7 @@
 
 - ``reviewers``: people who judge turns: a role (``reviewer`` or ``admin``), an argon2 password hash (none for
   people who log in through OIDC, who are matched by e-mail);
-- ``trajectories``: one synthesized trajectory (the full :class:`~forge.search.trajectory.SearchTrajectory`
+- ``trajectories``: one synthesized trajectory (the full :class:`~forge.data.schemas.SearchTrajectory`
   as JSON, plus the columns a queue filters on);
 - ``turns``: one row per assistant turn with the critic's three labels;
 - ``verdicts``: a reviewer's pass/fail on a turn, with the critic's three dimensions judged too (agreement is

@@ -27,7 +27,7 @@ from sqlalchemy import Engine, create_engine, event, func, inspect, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from forge.data.schemas import SearchQA
+from forge.data.schemas import SearchQA, SearchTrajectory, TurnVerdict
 from forge.review.models import (
     AuditEvent,
     Reviewer,
@@ -37,7 +37,6 @@ from forge.review.models import (
     Verdict,
     utcnow,
 )
-from forge.search.trajectory import SearchTrajectory, TurnVerdict
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000  # 5 s starved a writer among 8 on a loaded 2-core machine
 

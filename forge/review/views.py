@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from forge.data.schemas import SearchTrajectory
 from forge.review.models import Assignment, Reviewer, TrajectoryRecord, TrajectoryVerdict, TurnRecord, Verdict
 from forge.review.repository import DIMENSIONS, audit, get_reviewer
-from forge.search.trajectory import SearchTrajectory
 
 STATUSES = ("pending", "reviewed", "all")
 

@@ -22,9 +22,9 @@ import re
 from typing import Any
 
 from forge.data.corpora import DATE_ATTRS
-from forge.data.schemas import Message, SearchQA, ToolCall
+from forge.data.schemas import Message, SearchQA, SearchTrajectory, ToolCall
+from forge.search.critic import normalize_answer
 from forge.search.tools import SPECS_BY_NAME, SearchTools, dumps_call, parse_results
-from forge.search.trajectory import SearchTrajectory, normalize_answer
 from forge.search.walks import Condition
 
 _THINK = re.compile(r"<think>\s*(.*?)\s*</think>", re.DOTALL)
@@ -65,7 +65,7 @@ class Episode:
     def finish(self, qa: SearchQA, agent: str, final: str | None) -> SearchTrajectory:
         return SearchTrajectory.build(
             source=f"forge.search:{agent}", parents=[qa.id], qa_id=qa.id, agent=agent, question=qa.question,
-            gold_answer=qa.answer, messages=self.messages, final_answer=final,
+            gold_answer=qa.answer, messages=self.messages, tools=self.tools.specs, final_answer=final,
             correct=normalize_answer(final) == normalize_answer(qa.answer), bad_turns=sorted(self.bad))
 
 

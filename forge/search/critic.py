@@ -25,13 +25,17 @@ import random
 import re
 from typing import Any
 
-from forge.data.schemas import Message, SearchQA, ToolCall
+from forge.data.schemas import Message, SearchQA, SearchTrajectory, ToolCall, TurnVerdict
 from forge.search.graph import SearchGraph
 from forge.search.tools import SearchTools, dumps_call, parse_results, validate_arguments
-from forge.search.trajectory import SearchTrajectory, TurnVerdict, normalize_answer
 from forge.search.walks import Condition
 
 _QUOTED = re.compile(r"\"([^\"]{2,200})\"")
+
+
+def normalize_answer(text: str | None) -> str:
+    """An answer as compared with the gold one: lower case, full stops dropped, whitespace collapsed."""
+    return " ".join((text or "").lower().replace(".", " ").split())
 
 
 def relevant_titles(qa: SearchQA, g: SearchGraph) -> set[str]:
@@ -247,7 +251,8 @@ def inject_fault(traj: SearchTrajectory, qa: SearchQA, tools: SearchTools, rng: 
 def _rebuilt(traj: SearchTrajectory, msgs: list[Message], at: int) -> SearchTrajectory:
     return SearchTrajectory.build(source=traj.source, parents=traj.parents, qa_id=traj.qa_id,
                                   agent=f"{traj.agent}+fault", question=traj.question, gold_answer=traj.gold_answer,
-                                  messages=msgs, final_answer=msgs[-1].content, correct=traj.correct, bad_turns=[at])
+                                  messages=msgs, tools=traj.tools, final_answer=msgs[-1].content,
+                                  correct=traj.correct, bad_turns=[at])
 
 
 def critic_scores(clean: list[tuple[SearchTrajectory, SearchQA]], tools: SearchTools, seed: int = 0) -> dict:

@@ -25,12 +25,11 @@ from sqlalchemy.orm import Session
 
 from forge.config import DeepSearchConfig
 from forge.data.jsonl import read_jsonl, write_jsonl
-from forge.data.schemas import ChatSample, SearchQA
+from forge.data.schemas import ChatSample, SearchQA, SearchTrajectory, TurnVerdict
 from forge.search.agents import SCRIPTED_AGENTS
 from forge.search.critic import judge_trajectory, llm_judge
 from forge.search.heads import select_heads
 from forge.search.tools import SearchTools
-from forge.search.trajectory import SearchTrajectory, TurnVerdict, to_chat_sample
 from forge.search.walks import WalkParams, rewrite_question, synthesize_qas
 from forge.workspace import Workspace
 
@@ -135,7 +134,7 @@ def merge_shards(ws: Workspace, cfg: DeepSearchConfig, shards: list[dict[str, An
     write_jsonl(out / "qa.jsonl", qas)
     write_jsonl(out / "trajectories.jsonl", trajs)
     reviewed, effect = apply_reviews(ws, cfg, trajs, qas)
-    samples = [to_chat_sample(t) for t in reviewed if t.correct]
+    samples = [t.to_chat_sample() for t in reviewed if t.correct]
     samples = [s for s in samples if any(m.loss for m in s.messages if m.role == "assistant")]
     pools = write_pools(out / "pools", samples, pool_paths or {})
     stats = summarize(qas, trajs)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from forge.data.schemas import Message, SearchQA, ToolCall
+from forge.data.schemas import Message, SearchQA, SearchTrajectory, ToolCall, TurnVerdict
 from forge.review import add_trajectory, create_user, open_store, session_scope
-from forge.search.trajectory import SearchTrajectory, TurnVerdict
+from forge.search.tools import TOOL_SPECS
 from forge.workspace import REPO_ROOT
 
 APP = REPO_ROOT / "dashboards" / "app.py"
@@ -36,7 +36,8 @@ def _trajectory(question: str, answer: str, turns: list[tuple[Message, Message |
             msgs.append(response)
     msgs.append(final)
     traj = SearchTrajectory.build(source="test", qa_id=qa.id, agent=agent, question=question, gold_answer=answer,
-                                  messages=msgs, final_answer=final.content, correct=final.content == answer)
+                                  messages=msgs, tools=TOOL_SPECS, final_answer=final.content,
+                                  correct=final.content == answer)
     assistant = [i for i, m in enumerate(msgs) if m.role == "assistant"]
     verdicts = [TurnVerdict(message_index=i, logical=True, tool_call=True, info_gain=ok,
                             reasons=[] if ok else ["the page added nothing"]) for i, ok in zip(assistant, critic)]

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from forge.data.schemas import Message, ToolCall
+from forge.data.schemas import Message, SearchTrajectory, ToolCall, ToolFunction, ToolSpec, TurnVerdict
 from forge.review import open_store
-from forge.search.trajectory import SearchTrajectory, TurnVerdict
 
 PG_URL = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"  # as tests/conftest.py's pg_schema
+TOOLS = [ToolSpec(function=ToolFunction(name=name)) for name in ("search", "visit", "python")]
 
 
 def make_trajectory(tag: str = "a", python: bool = False) -> SearchTrajectory:
@@ -27,7 +27,8 @@ def make_trajectory(tag: str = "a", python: bool = False) -> SearchTrajectory:
         Message(role="assistant", reasoning="So the answer is Hans Zimmer.", content="Hans Zimmer"),
     ]
     traj = SearchTrajectory.build(source="test", qa_id=f"qa-{tag}", agent="planner", question=msgs[0].content,
-                                  gold_answer="Hans Zimmer", messages=msgs, final_answer="Hans Zimmer", correct=True)
+                                  gold_answer="Hans Zimmer", messages=msgs, tools=TOOLS, final_answer="Hans Zimmer",
+                                  correct=True)
     verdicts = [TurnVerdict(message_index=1, logical=True, tool_call=True, info_gain=True),
                 TurnVerdict(message_index=3, logical=True, tool_call=True, info_gain=False, reasons=["no gain"]),
                 TurnVerdict(message_index=5, logical=True, tool_call=True, info_gain=True)]

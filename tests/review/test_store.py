@@ -16,7 +16,6 @@ from forge.review import (
     reviewed_trajectory,
 )
 from forge.review.models import AuditEvent, Verdict
-from forge.search.trajectory import to_chat_sample
 
 
 def test_human_verdict_overrides_critic_and_reaches_the_sft_mask(engine, make_traj):
@@ -39,8 +38,8 @@ def test_human_verdict_overrides_critic_and_reaches_the_sft_mask(engine, make_tr
         assert reviewed.verdicts[1].judge == "human"
         assert len(list_pending(s, "alice")) == 2 and len(list_pending(s, "bob")) == 3
     # The SFT sample follows the effective verdicts: with the critic alone turn 3 is masked, after review not.
-    assert [m.loss for m in to_chat_sample(traj).messages if m.role == "assistant"] == [True, False, True]
-    assert all(m.loss for m in to_chat_sample(reviewed).messages if m.role == "assistant")
+    assert [m.loss for m in traj.to_chat_sample().messages if m.role == "assistant"] == [True, False, True]
+    assert all(m.loss for m in reviewed.to_chat_sample().messages if m.role == "assistant")
 
 
 def test_optimistic_locking_and_audit(engine, make_traj):

@@ -9,9 +9,9 @@ import re
 
 import pytest
 
+from forge.data.schemas import FAIL_REWARD, PASS_REWARD
 from forge.search.agents import NoisyAgent
 from forge.search.critic import FAULTS, critic_scores, inject_fault, judge_trajectory, llm_judge, natural_scores
-from forge.search.trajectory import FAIL_REWARD, PASS_REWARD, to_chat_sample, turn_rewards
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +51,10 @@ def test_failing_turns_are_masked_and_get_negative_reward(clean, tools):
     faulty, at, _ = inject_fault(traj, qa, tools, random.Random(0), "redundant")
     verdicts = judge_trajectory(faulty, qa, tools.graph)
     judged = faulty.model_copy(update={"verdicts": verdicts})
-    sample = to_chat_sample(judged)
+    sample = judged.to_chat_sample()
     masked = [i for i, m in enumerate(sample.messages) if m.role == "assistant" and not m.loss]
     assert at in masked
-    rewards = turn_rewards(judged)
+    rewards = judged.turn_rewards()
     assert len(rewards) == len(faulty.assistant_indices())
     assert rewards[faulty.assistant_indices().index(at)] == FAIL_REWARD and PASS_REWARD in rewards
 

@@ -9,12 +9,11 @@ from typer.testing import CliRunner
 
 from forge.config import BaseModelConfig
 from forge.data.jsonl import read_jsonl
-from forge.data.schemas import ChatSample, SearchQA
+from forge.data.schemas import ChatSample, SearchQA, SearchTrajectory
 from forge.generation import format_assistant_text
 from forge.generation.transformers_backend import TransformersBackend
 from forge.search.agents import ReActAgent, parse_assistant
 from forge.search.critic import judge_trajectory
-from forge.search.trajectory import SearchTrajectory
 from forge.search.walks import answer_set
 from forge.training.base_model import build_model
 

@@ -38,9 +38,7 @@ def _losses(trainer, samples) -> list[float]:
 
 
 def test_masked_turn_adds_no_loss(judged, tokenizer, tmp_path_factory):
-    from forge.search.trajectory import to_chat_sample
-
-    sample = to_chat_sample(judged)
+    sample = judged.to_chat_sample()
     losses = [m.loss for m in sample.messages if m.role == "assistant"]
     assert losses[-1] is False and all(losses[:-1])  # only the wrong final answer is masked
     enc = encode_chat(tokenizer, sample, 4096)

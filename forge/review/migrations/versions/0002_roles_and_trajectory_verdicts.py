@@ -50,7 +50,7 @@ def upgrade() -> None:
 
 
 def _backfill_domains() -> None:
-    """Trajectories that call ``python`` are tool-use data (``forge.search.trajectory.to_chat_sample``)."""
+    """Trajectories that call ``python`` are tool-use data (``forge.data.schemas.SearchTrajectory.domain``)."""
     trajectories = sa.table("trajectories", sa.column("id", sa.String), sa.column("payload", sa.JSON),
                             sa.column("domain", sa.String))
     conn = op.get_bind()
