@@ -1,4 +1,4 @@
-"""read_jsonl / write_jsonl / quarantine and the `forge data validate` command."""
+"""read_jsonl / write_jsonl / quarantine and the `forge data validate` command (chat rows and trajectories)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from forge.data.cli import app
 from forge.data.jsonl import BadDataError, read_jsonl, write_jsonl
-from forge.data.schemas import ChatSample, Message
+from forge.data.schemas import ChatSample, Message, SearchTrajectory, ToolCall, ToolFunction, ToolSpec, TurnVerdict
 
 GOOD = ChatSample.build(domain="stem", source="test", messages=[
     Message(role="user", content="What is 2+2?"), Message(role="assistant", content="4")])
@@ -76,3 +76,36 @@ def test_validate_cli_exit_codes(mixed_file, tmp_path):
     assert ok.exit_code == 0, ok.output
     unknown = runner.invoke(app, ["validate", str(clean), "--schema", "nope"])
     assert unknown.exit_code == 2 and "chat" in unknown.output and "search_qa" in unknown.output
+
+
+def _trajectory(tools: list[ToolSpec]) -> SearchTrajectory:
+    msgs = [Message(role="user", content="What is the music of The Holiday?"),
+            Message(role="assistant", reasoning="Search first.",
+                    tool_calls=[ToolCall(name="search", arguments={"query": "The Holiday"})]),
+            Message(role="tool", name="search", content="[1] The Holiday\n    The Holiday is a 2006 film."),
+            Message(role="assistant", reasoning="So the answer is Hans Zimmer.", content="Hans Zimmer")]
+    return SearchTrajectory.build(source="test:planner", qa_id="qa-1", agent="planner", question=msgs[0].content,
+                                  gold_answer="Hans Zimmer", messages=msgs, tools=tools, final_answer="Hans Zimmer",
+                                  correct=True)
+
+
+def test_trajectory_rows_carry_their_tools_and_validate(tmp_path):
+    search = ToolSpec(function=ToolFunction(name="search"))
+    traj = _trajectory([search]).model_copy(update={"verdicts": [
+        TurnVerdict(message_index=1, logical=True, tool_call=True, info_gain=False),
+        TurnVerdict(message_index=3, logical=True, tool_call=True, info_gain=True)]})
+    sample = traj.to_chat_sample()
+    assert sample.tools == [search] and sample.parents == ["qa-1", traj.id] and sample.domain == "deep_search"
+    assert [m.loss for m in sample.messages if m.role == "assistant"] == [False, True]
+    assert traj.turn_rewards() == [-1.0, 1.0]
+    with pytest.raises(ValueError, match="not among the trajectory's tools"):
+        _trajectory([])
+    good, bad = tmp_path / "traj.jsonl", tmp_path / "bad.jsonl"
+    write_jsonl(good, [traj])
+    row = traj.model_dump(mode="json")
+    row["tools"] = []
+    bad.write_text(json.dumps(row) + "\n")
+    runner = CliRunner()
+    assert runner.invoke(app, ["validate", str(good), "--schema", "trajectory"]).exit_code == 0
+    refused = runner.invoke(app, ["validate", str(bad), "--schema", "trajectory"])
+    assert refused.exit_code == 1 and "search" in refused.output
