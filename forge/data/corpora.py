@@ -255,9 +255,6 @@ class KnowledgeGraph:
     def has_name(self, mid: str) -> bool:
         return mid in self.names and not self.names[mid].startswith("/m/")
 
-    def tails(self, mid: str, relation: str) -> list[str]:
-        return [t for r, t in self.out_edges.get(mid, []) if r == relation]
-
     def fact_sentence(self, head: str, relation: str, tail: str) -> str:
         return f"The {relation_label(relation)} of {self.name(head)} is {self.name(tail)}."
 

@@ -13,9 +13,13 @@ What goes where (corpora/README.md has the sources):
 - stem: GSM8K train (worked solution as reasoning, final answer as content) and MATH test rows outside MATH-500.
 - general: HH-RLHF harmless-base chosen transcripts, multi-turn. Half of the pairs go to preferences.jsonl
   instead, so the reward model is never scored on conversations the policy was fine-tuned on.
-- deep_search: MuSiQue / HotpotQA search-and-visit trajectories, FB15k-237 walks (forge.data.trajectories).
-- tool_use: GSM8K calculator episodes and FB15k-237 ``kg_lookup`` episodes.
-GSM8K train rows and KG walk starts are split so that no two pools share an upstream row. Evaluation sets
+- deep_search: MuSiQue / HotpotQA search-and-visit trajectories (forge.data.trajectories).
+- tool_use: GSM8K calculator episodes.
+- search_qa: the MuSiQue / HotpotQA questions (gold path = the supporting pages) and R1-Searcher's training
+  questions; search_qa_eval: R1-Searcher's 500-question 2Wiki / HotpotQA / MuSiQue evaluation sets.
+Deep-search synthesis (forge/search/synthesize.py) adds its FB15k-237 graph-walk trajectories to the
+deep_search and tool_use pools on top of these.
+GSM8K train rows are split so that no two pools share an upstream row. Evaluation sets
 never enter a pool: the readers drop them and a :class:`LeakGuard` rejects anything sharing a 13-word run
 with an eval prompt. Each pool takes at most ``max_rows_per_source`` rows from any one corpus file.
 A row that fails validation is written to ``<home>/quarantine/pools.<name>.bad.jsonl`` and skipped.
@@ -41,12 +45,8 @@ from forge.data.trajectories import (
     DEEP_SEARCH_TOOLS,
     TOOL_USE_TOOLS,
     calculator_trajectory,
-    eligible_starts,
     hotpot_trajectory,
-    kg_lookup_trajectory,
-    kg_search_trajectory,
     musique_trajectory,
-    sample_walk,
 )
 from forge.workspace import Workspace
 
@@ -56,7 +56,6 @@ MBPP = "mbpp/mbpp.jsonl.gz"
 HH = "hh_rlhf_harmless/harmless-base-test.jsonl.gz"
 MUSIQUE = "hipporag_musique_hotpotqa/musique_train.json.gz"
 HOTPOT = "hipporag_musique_hotpotqa/hotpotqa_train.json.gz"
-KG = "kg_fb15k237"
 R1_TRAIN = "multihop_qa_r1searcher/train_stage_2.jsonl.gz"
 
 
@@ -291,30 +290,6 @@ def _deep_search(corpora: Path, cfg: PoolsConfig, out: dict[str, PoolBuilder]) -
             out["search_qa_eval"].add(lambda r=row, s=src, n=name: SearchQA.build(
                 source=s, parents=[f"{n}:{r['idx']}"], question=r["question"], answer=str(r["answer"])),
                 f"{src}:{row['idx']}", qa_text)
-
-    # FB15k-237: disjoint start entities for the search walks and the kg_lookup walks.
-    kg = C.KnowledgeGraph.load(corpora)
-    starts = _shuffled(eligible_starts(kg), seed, "kg")
-    rng = random.Random(f"{seed}:kg-walks")
-    walks = []
-    for start in starts:
-        if len(walks) >= 2 * cap:
-            break
-        walk = sample_walk(kg, start, 2 + (len(walks) % 2), rng)
-        if walk is not None:
-            walks.append(walk)
-    for n, walk in enumerate(walks):
-        parent = f"fb15k237:{'>'.join(walk.entities())}"
-        if n % 2 == 0:
-            g = random.Random(f"{seed}:{parent}")
-            out["deep_search"].add(lambda w=walk, g=g, p=parent: _chat(
-                "deep_search", KG, p, DEEP_SEARCH_TOOLS, kg_search_trajectory(kg, w, g)), parent, chat_text)
-            out["search_qa"].add(lambda w=walk, p=parent: SearchQA.build(
-                source=KG, parents=[p], question=w.question(kg), answer=kg.name(w.answer_mid),
-                gold_path=[kg.name(m) for m in w.entities()]), parent, qa_text)
-        else:
-            out["tool_use"].add(lambda w=walk, p=parent: _chat(
-                "tool_use", KG, p, TOOL_USE_TOOLS, kg_lookup_trajectory(kg, w)), parent, chat_text)
 
 
 def mbpp_problem(task: dict, split: str) -> CodeProblem:

@@ -6,9 +6,9 @@
 Outputs under ``data/search/``:
 - ``shards/shard-XXXX.qa.jsonl`` / ``.traj.jsonl``: per shard (a killed run redoes only missing shards);
 - ``qa.jsonl`` (SearchQA with gold path and walk), ``trajectories.jsonl`` (SearchTrajectory with verdicts);
-- ``pools/deep_search.jsonl``, ``pools/tool_use.jsonl``: the mix's pools for those two domains — the
-  foundation's pool rows minus its FB15k-237 walk stand-ins, plus SFT samples from correct trajectories with
-  the effective (human over critic) turn masks.
+- ``pools/deep_search.jsonl``, ``pools/tool_use.jsonl``: the mix's pools for those two domains — the rows
+  forge/data/pools.py built from corpora (MuSiQue / HotpotQA search trajectories, GSM8K calculator episodes),
+  plus SFT samples from correct trajectories with the effective (human over critic) turn masks.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from forge.search.walks import WalkParams, rewrite_question, synthesize_qas
 from forge.workspace import Workspace
 
 log = logging.getLogger(__name__)
-STANDIN_SOURCES = ("kg_fb15k237",)  # forge.data.pools' FB15k-237 walks, replaced by this engine's data
 
 
 def search_dir(ws: Workspace) -> Path:
@@ -177,12 +176,10 @@ def apply_reviews(ws: Workspace, cfg: DeepSearchConfig, trajs: list[SearchTrajec
 
 
 def write_pools(out: Path, samples: list[ChatSample], pool_paths: dict[str, str]) -> dict[str, str]:
-    """deep_search / tool_use pools: the existing pool rows that are not stand-ins, plus ``samples``."""
+    """deep_search / tool_use pools: the existing pool rows (``pool_paths``), plus ``samples``."""
     paths = {}
     for domain in ("deep_search", "tool_use"):
-        rows: list[ChatSample] = []
-        if domain in pool_paths:
-            rows = [r for r in read_jsonl(pool_paths[domain], ChatSample).rows if r.source not in STANDIN_SOURCES]
+        rows = read_jsonl(pool_paths[domain], ChatSample).rows if domain in pool_paths else []
         rows += [s for s in samples if s.domain == domain]
         paths[domain] = str(out / f"{domain}.jsonl")
         write_jsonl(paths[domain], rows)

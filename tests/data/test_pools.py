@@ -1,4 +1,5 @@
-"""Pools built from the real corpora: valid rows, unique ids, tools where expected, no eval leakage."""
+"""Pools built from the real corpora: valid rows, unique ids, tools where expected, no eval leakage, and no
+FB15k-237 graph walks (those are deep-search synthesis, forge/search/)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ import pytest
 
 from forge.data import corpora as C
 from forge.data.jsonl import read_jsonl
-from forge.data.pools import chat_text, iter_pretraining_texts
+from forge.data.pools import GSM8K, HOTPOT, MUSIQUE, R1_TRAIN, chat_text, iter_pretraining_texts
 from forge.data.schemas import CodeProblem, PreferencePair, SearchQA
 from forge.workspace import REPO_ROOT
 
 CORPORA = REPO_ROOT / "corpora"
-EXPECTED_TOOLS = {"deep_search": {"search", "visit"}, "tool_use": {"calculator", "kg_lookup"}}
+EXPECTED_TOOLS = {"deep_search": {"search", "visit"}, "tool_use": {"calculator"}}
 
 
 @pytest.fixture(scope="module")
@@ -48,13 +49,21 @@ def test_tool_calls_where_expected_and_only_declared_tools(chat_pools):
     assert calc and all(m.content.lstrip("-").replace(".", "", 1).isdigit() for m in calc)
 
 
-def test_deep_search_answers_are_gold_and_visible_in_a_tool_response(chat_pools):
+def test_deep_search_answers_are_the_gold_answers_of_their_questions(chat_pools, pool_paths):
+    gold = {q.parents[0]: q.answer for q in read_jsonl(pool_paths["search_qa"], SearchQA, max_bad_ratio=0.0).rows}
     for r in chat_pools["deep_search"]:
         final = r.messages[-1]
         assert final.role == "assistant" and final.content and not final.tool_calls
-        if r.source == "kg_fb15k237":
-            # The KG walk's answer must appear on a page the agent visited.
-            assert any(final.content in m.content for m in r.messages if m.role == "tool" and m.name == "visit")
+        assert final.content == gold[r.parents[0]], r.parents
+
+
+def test_graph_walks_are_left_to_deep_search_synthesis(chat_pools, pool_paths):
+    assert {r.source for r in chat_pools["deep_search"]} == {MUSIQUE, HOTPOT}
+    assert {r.source for r in chat_pools["tool_use"]} == {GSM8K}
+    qas = read_jsonl(pool_paths["search_qa"], SearchQA, max_bad_ratio=0.0).rows
+    assert {q.source for q in qas} == {MUSIQUE, HOTPOT, R1_TRAIN}
+    rows = [*(r for rows in chat_pools.values() for r in rows), *qas]
+    assert not [r.id for r in rows if r.source.startswith("kg_fb15k237") or any("fb15k" in p for p in r.parents)]
 
 
 def test_leak_check_would_catch_the_raw_math_file(eval_strings):

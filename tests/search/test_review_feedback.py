@@ -1,5 +1,6 @@
 """Reviewers' verdicts flow back into the training data: a turn a reviewer rejects gets loss mask 0 in the next
-mix's SFT sample, a trajectory a reviewer rejects leaves the pool, and the mix's manifest counts what changed."""
+mix's SFT sample, a trajectory a reviewer rejects leaves the pool, and the mix's manifest counts what changed.
+The merged pools are the corpus pool rows plus the synthesized samples."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from forge.config import DeepSearchConfig, DomainShares, MixConfig
 from forge.data.jsonl import read_jsonl, write_jsonl
 from forge.data.mix import build_mix
-from forge.data.schemas import ChatSample
+from forge.data.schemas import ChatSample, Message
 from forge.review import open_store, record_trajectory_verdict, record_verdict, session_scope
 from forge.review.models import TurnRecord
 from forge.search.synthesize import merge_shards, run_agents
@@ -87,3 +88,14 @@ def test_rejected_turn_is_masked_and_rejected_trajectory_leaves(shard, tokenizer
     masked = sum(encode_chat(tokenizer, row, 8192)["completion_mask"])
     unmasked = sum(encode_chat(tokenizer, sample, 8192)["completion_mask"])
     assert 0 < masked < unmasked  # the rejected turn's tokens carry no loss, the others still do
+
+
+def test_merged_pools_keep_every_corpus_row_and_add_the_samples(shard, tmp_path):
+    ws, shards = shard
+    corpus_row = ChatSample.build(domain="deep_search", source="hipporag_musique_hotpotqa/musique_train.json.gz",
+                                  messages=[Message(role="user", content="Who wrote it?"),
+                                            Message(role="assistant", content="Someone")])
+    write_jsonl(tmp_path / "deep_search.jsonl", [corpus_row])
+    merged = merge_shards(ws, DeepSearchConfig(), shards, {"deep_search": str(tmp_path / "deep_search.jsonl")})
+    rows = read_jsonl(merged["pools"]["deep_search"], ChatSample).rows
+    assert rows[0] == corpus_row and len(rows) == 1 + merged["stats"]["samples"]["deep_search"]
