@@ -1,17 +1,19 @@
 """Typed recipe configuration: one pydantic model per stage, loaded from ``configs/<profile>.yaml``.
 
-Every figure taken from the Nanbeige4.1-3B paper (``shared/seeds/002_…``) is a named default here, with the
-section it comes from. Profiles override sizes and endpoints, never the shape of the recipe. The models are
-also the Prefect flows' parameters, so a scheduled run in the Prefect UI gets a form with these fields.
+Every figure taken from the Nanbeige4.1-3B paper (arXiv:2602.13367; docs/architecture.md maps its stages) is a
+named default here, with the section it comes from. Profiles override sizes and endpoints, never the shape of the
+recipe; a run may override single fields on top of its profile (the recipe flow's ``overrides`` parameter).
 
     from forge.config import load_profile
-    cfg = load_profile("tiny")            # or a path to a YAML file
+    cfg = load_profile("tiny")                                       # or a path to a YAML file
+    cfg = load_profile("tiny", {"pointwise_rl.grpo.beta": 0.1})      # a profile plus overrides
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -133,7 +135,7 @@ def _paper_curriculum() -> list[SFTStageConfig]:
 class SFTConfig(Strict):
     curriculum: list[SFTStageConfig] = Field(default_factory=_paper_curriculum, min_length=1)
     assistant_only_loss: bool = Field(True, description="Loss only on assistant turns whose mask is 1.")
-    packing: bool = Field(False, description="Pack samples into full-length rows (issue 5 measures it).")
+    packing: bool = Field(False, description="Pack samples into full-length rows (bench/sft_packing.py measures it).")
     save_steps: int = Field(25, ge=1, description="Trainer checkpoint interval: a killed stage resumes here.")
     solution_refinement_iterations: int = Field(
         3, ge=0, description="Critique → revision loops per answer (§2.1.1 scales this number up)."
@@ -149,29 +151,55 @@ class SFTConfig(Strict):
         return stages
 
 
-class PointwiseRLConfig(Strict):
-    """§2.1.2: a Bradley–Terry reward model, then GRPO with 8 rollouts per prompt scored by it."""
+class GRPOSettings(Strict):
+    """The GRPO knobs every GRPO stage shares (§2.1.2 point-wise, §2.1.3 pair-wise): one shape, read by
+    :func:`forge.training.grpo.build_grpo_config`, which turns it into TRL's ``GRPOConfig``. TRL's own defaults
+    (lr 1e-6, ``loss_type='dapo'``, ``beta=0``, 8 generations, 512 tokens) are repeated here on purpose: every one of
+    them is a profile decision (docs/stack.md)."""
 
     num_generations: int = Field(8, ge=2, description="Rollouts per prompt (§2.1.2: 8).")
-    max_completion_length: int = Field(512, ge=8)
-    learning_rate: float = Field(1e-6, gt=0)
-    beta: float = Field(0.0, ge=0, description="KL coefficient (TRL default 0: no reference model).")
-    max_steps: int = Field(200, ge=1)
-    rm_max_steps: int = Field(500, ge=1)
-    overlong_truncation_target: float = Field(0.0038, description="§2.1.2 reports 5.27% → 0.38% overlong.")
-    # Added by issue 5 (reward model + GRPO builders in forge/training/{reward_model,grpo}.py).
-    rm_learning_rate: float = Field(1e-5, gt=0, description="Reward-model learning rate.")
-    rm_batch_size: int = Field(8, ge=1, description="Preference pairs per reward-model step.")
-    rm_max_length: int = Field(4096, ge=16, description="Tokens of prompt + answer the RM reads (left-truncated).")
-    rm_eval_pairs: int = Field(200, ge=8, description="Held-out preference pairs for the RM's pair accuracy.")
-    max_prompt_length: int = Field(4096, ge=16, description="Prompt tokens given to the policy (left-truncated).")
-    max_prompts: int = Field(4096, ge=1, description="RL prompts drawn from the SFT mix.")
-    per_device_batch_size: int = Field(8, ge=1, description="Completions per device per GRPO step.")
+    max_completion_length: int = Field(
+        512, ge=8, description="Completion budget in tokens; a rollout cut here counts as overlong (§2.1.2).")
+    learning_rate: float = Field(1e-6, gt=0, description="Policy learning rate (constant schedule).")
+    beta: float = Field(0.0, ge=0, description="KL coefficient to the starting policy (0: no reference model).")
+    loss_type: str = Field("dapo", description="TRL GRPO loss type.")
+    max_steps: int = Field(200, ge=1, description="Optimiser steps.")
+    per_device_batch_size: int = Field(8, ge=1, description="Completions per device per step.")
     steps_per_generation: int = Field(1, ge=1, description="Optimiser steps per generation batch (TRL).")
     temperature: float = Field(1.0, gt=0, description="Rollout sampling temperature.")
-    loss_type: str = Field("dapo", description="TRL GRPO loss type.")
+    max_prompts: int = Field(4096, ge=1, description="RL prompts (with their reference answers) from the SFT mix.")
+    max_prompt_length: int = Field(
+        4096, ge=16, description="Prompt tokens, whole history; longer prompts are skipped (TRL cannot cut them).")
     save_steps: int = Field(50, ge=1, description="Trainer checkpoint interval: a killed stage resumes here.")
     use_vllm: bool = Field(False, description="Rollouts through vLLM inside TRL (generation.vllm.trl_mode).")
+
+    @model_validator(mode="after")
+    def _groups_fit(self) -> GRPOSettings:
+        if (self.per_device_batch_size * self.steps_per_generation) % self.num_generations:
+            raise ValueError(
+                f"per_device_batch_size × steps_per_generation ({self.per_device_batch_size} × "
+                f"{self.steps_per_generation}) must be divisible by num_generations ({self.num_generations}): "
+                "TRL scores the rollouts of one prompt as one group")
+        return self
+
+
+class RewardModelSettings(Strict):
+    """Training a reward model (point-wise Bradley–Terry §2.1.2, pair-wise §2.1.3) on the policy's backbone."""
+
+    max_steps: int = Field(500, ge=1, description="Optimiser steps.")
+    learning_rate: float = Field(1e-5, gt=0)
+    batch_size: int = Field(8, ge=1, description="Preference pairs per step.")
+    max_length: int = Field(4096, ge=16, description="Tokens the RM reads per input (cut from the left).")
+    eval_pairs: int = Field(200, ge=8, description="Held-out pairs for the RM's accuracy (at most a third).")
+    save_steps: int = Field(50, ge=1, description="Trainer checkpoint interval: a killed stage resumes here.")
+
+
+class PointwiseRLConfig(Strict):
+    """§2.1.2: a Bradley–Terry reward model, then GRPO with 8 rollouts per prompt scored by it. The paper tracks
+    overlong truncation falling from 5.27% to 0.38%; ``overlong_penalty`` is how the tiny profile gets there."""
+
+    rm: RewardModelSettings = RewardModelSettings()
+    grpo: GRPOSettings = GRPOSettings()
     overlong_penalty: float = Field(
         1.0, ge=0, description="Subtracted from the RM score of a rollout cut at the length limit (§2.1.2 drives "
         "truncation down; without it a small policy learns to fill the budget).")
@@ -186,40 +214,24 @@ class PairwiseRLConfig(Strict):
     """§2.1.3: pairwise RM with swap-consistency MSE(d(a,b), −d(b,a)); reward 1 if the rollout beats the
     reference answer, else 0; multi-turn dialogues feed the whole history."""
 
-    swap_consistency_weight: float = Field(1.0, ge=0)
-    num_generations: int = Field(8, ge=2)
-    max_steps: int = Field(200, ge=1)
-    rm_max_steps: int = Field(500, ge=1)
-    win_reward: float = 1.0
-    loss_reward: float = 0.0
-    # Added by issue 5 (forge/training/pairwise_rm.py and the pairwise GRPO stage).
-    learning_rate: float = Field(1e-6, gt=0, description="Pairwise GRPO policy learning rate.")
-    max_completion_length: int = Field(32_768, ge=8)
-    rm_learning_rate: float = Field(1e-5, gt=0)
-    rm_batch_size: int = Field(8, ge=1)
-    rm_max_length: int = Field(8192, ge=32, description="Tokens of history + both answers (left-truncated).")
-    rm_eval_pairs: int = Field(200, ge=8)
+    rm: RewardModelSettings = RewardModelSettings(max_length=8192)
+    swap_consistency_weight: float = Field(1.0, ge=0, description="λ of the swap-consistency term.")
+    grpo: GRPOSettings = GRPOSettings(max_completion_length=32_768)
+    win_reward: float = Field(1.0, description="Reward when the rollout beats the reference answer.")
+    loss_reward: float = Field(0.0, description="Reward otherwise.")
     pair_prompts: int = Field(2000, ge=8, description="Prompts answered by the strong and the weak checkpoint.")
-    pair_max_new_tokens: int = Field(1024, ge=8, description="Answer length of the strong/weak generations.")
-    max_prompt_length: int = Field(4096, ge=16, description="Prompt tokens (whole history); longer ones skipped.")
+    pair_max_new_tokens: int = Field(
+        1024, ge=8, description="Budget of the strong/weak answers; reference answers are cut to it too.")
     min_pairs: int = Field(8, ge=2, description="Fewest checklist-kept pairs the RM may be trained on.")
-    max_prompts: int = Field(4096, ge=1, description="RL prompts (with reference answers) from the SFT mix.")
-    per_device_batch_size: int = Field(8, ge=1)
-    steps_per_generation: int = Field(1, ge=1, description="Optimiser steps per generation batch (TRL).")
-    temperature: float = Field(1.0, gt=0)
-    save_steps: int = Field(50, ge=1)
-    use_vllm: bool = Field(False, description="Rollouts through vLLM inside TRL (generation.vllm.trl_mode).")
 
 
 class CodeRLConfig(Strict):
-    """§2.3.2–2.3.3: on-policy filtering with n = 8 rollouts, keep problems with k in [1, 5]; stage 1 rewards
-    R_format + pass rate, stage 2 adds R_time only when the pass rate is 1."""
+    """§2.3.2: on-policy filtering with n = 8 rollouts, keep problems with k in [1, 5] (read by tasks/code.py's
+    filter, which the code RL stages will call)."""
 
     num_rollouts: int = Field(8, ge=1, description="n rollouts per problem (§2.3.2).")
     keep_k_min: int = Field(1, ge=0, description="Smallest k of n kept (§2.3.2: 1).")
     keep_k_max: int = Field(5, ge=0, description="Largest k of n kept (§2.3.2: 5).")
-    stage1_steps: int = Field(200, ge=1)
-    stage2_steps: int = Field(200, ge=1)
 
     @model_validator(mode="after")
     def _k_range(self) -> CodeRLConfig:
@@ -258,13 +270,6 @@ class DeepSearchConfig(Strict):
         return self
 
 
-class AgenticRLConfig(Strict):
-    """Abstract & §2.2: long-horizon tool use, up to 600 tool-call turns; turn- and trajectory-level rewards."""
-
-    max_tool_calls: int = Field(600, ge=1)
-    max_steps: int = Field(100, ge=1)
-
-
 class VLLMConfig(Strict):
     tensor_parallel_size: int = Field(1, ge=1)
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
@@ -284,7 +289,6 @@ class GenerationConfig(Strict):
 class TrainingRuntimeConfig(Strict):
     bf16: bool = Field(False, description="bf16 is an error on CPU; the GPU profile turns it on.")
     gradient_checkpointing: bool = False
-    accelerate_config: str | None = Field(None, description="infra/accelerate/*.yaml for multi-GPU runs.")
     threads: int = Field(0, ge=0, description="torch threads; 0 = all cores.")
 
 
@@ -336,13 +340,28 @@ class EvalConfig(Strict):
     heldout_rows: int = Field(64, ge=1, description="Held-out mix rows for the SFT loss metric.")
 
 
-class PromotionConfig(Strict):
-    """Gate for moving `champion`: the candidate may not be worse than the champion beyond tolerance on any
-    eval metric (higher is better unless listed in lower_is_better)."""
+class GatedMetric(Strict):
+    """One metric the promotion gate compares, and how."""
 
-    tolerance: dict[str, float] = Field(default_factory=lambda: {"humaneval_pass_at_1": 0.02})
-    default_tolerance: float = Field(0.0, ge=0)
-    lower_is_better: list[str] = Field(default_factory=lambda: ["sft_heldout_loss"])
+    direction: Literal["higher", "lower"] = Field(description="Which way is better.")
+    tolerance: float = Field(0.0, ge=0, description="How much worse than the champion the candidate may be.")
+
+
+def _default_gate() -> dict[str, GatedMetric]:
+    return {
+        "humaneval_pass_at_1": GatedMetric(direction="higher", tolerance=0.02),
+        "sft_heldout_loss": GatedMetric(direction="lower", tolerance=0.05),
+    }
+
+
+class PromotionConfig(Strict):
+    """Gate for moving `champion` (registry/promotion.py): the candidate may not be worse than the champion beyond
+    its tolerance on any declared metric. Only declared metrics count: a version may carry other ``metric.*`` tags
+    (set by any stage) and they neither block nor pass it."""
+
+    metrics: dict[str, GatedMetric] = Field(
+        default_factory=_default_gate, min_length=1,
+        description="metric name → direction and tolerance; every one must be on the candidate version.")
 
 
 class RefinementConfig(Strict):
@@ -371,7 +390,6 @@ class RecipeConfig(Strict):
     code_rl: CodeRLConfig = CodeRLConfig()
     code_data: CodeDataConfig = CodeDataConfig()
     deep_search: DeepSearchConfig = DeepSearchConfig()
-    agentic_rl: AgenticRLConfig = AgenticRLConfig()
     generation: GenerationConfig = GenerationConfig()
     runtime: TrainingRuntimeConfig = TrainingRuntimeConfig()
     eval: EvalConfig = EvalConfig()
@@ -392,17 +410,64 @@ class ConfigError(ValueError):
     """A profile that does not validate; the message names the file and each bad field."""
 
 
-def load_profile(name_or_path: str | Path) -> RecipeConfig:
-    """Load ``configs/<name>.yaml`` (or a YAML path) into a validated :class:`RecipeConfig`."""
+def profile_path(name_or_path: str | Path) -> Path:
+    """``configs/<name>.yaml`` for a profile name, or the YAML path itself; a clear error when neither exists."""
     path = Path(name_or_path)
     if path.suffix not in (".yaml", ".yml"):
         path = CONFIGS_DIR / f"{name_or_path}.yaml"
     if not path.exists():
         known = ", ".join(sorted(p.stem for p in CONFIGS_DIR.glob("*.yaml")))
         raise ConfigError(f"{path}: no such profile (known: {known})")
+    return path
+
+
+def _nested(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"a.b": 1, "c": {"d": 2}}`` → ``{"a": {"b": 1}, "c": {"d": 2}}``: dotted keys become nested mappings."""
+    out: dict[str, Any] = {}
+    for key, value in overrides.items():
+        *parents, leaf = str(key).split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"overrides: {key}: {part} is both a value and a section")
+        node[leaf] = _nested(value) if isinstance(value, Mapping) else value
+    return out
+
+
+def _merged(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def _in_overrides(loc: tuple, overrides: dict[str, Any]) -> bool:
+    node: Any = overrides
+    for part in loc:
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None) -> RecipeConfig:
+    """Load ``configs/<name>.yaml`` (or a YAML path) into a validated :class:`RecipeConfig`.
+
+    ``overrides`` (nested, or with dotted keys such as ``"sft.packing"``) is merged over the file before
+    validation; each error names the file, the field, and whether the bad value came from the overrides.
+    """
+    path = profile_path(name_or_path)
     raw = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: a profile is a mapping of sections, got {type(raw).__name__}")
+    extra = _nested(overrides or {})
     try:
-        return RecipeConfig.model_validate(raw)
+        return RecipeConfig.model_validate(_merged(raw, extra))
     except ValidationError as err:
-        lines = [f"{path}: {'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in err.errors()]
+        lines = []
+        for e in err.errors():
+            where = ".".join(str(p) for p in e["loc"]) or "<root>"
+            origin = " (from overrides)" if _in_overrides(e["loc"], extra) else ""
+            lines.append(f"{path}: {where}{origin}: {e['msg']}")
         raise ConfigError("\n".join(lines)) from None

@@ -27,6 +27,15 @@ def tree_digest(root: Path) -> str:
     return h.hexdigest()
 
 
+def files_digest(files: dict[str, str | Path]) -> str:
+    """sha256 over named files' names and contents (sorted by name): changes exactly when a file's content does."""
+    h = hashlib.sha256()
+    for name in sorted(files):
+        h.update(name.encode())
+        h.update(file_sha256(Path(files[name])).encode())
+    return h.hexdigest()
+
+
 def value_digest(*values: Any, length: int = 16) -> str:
     """Digest of JSON-able values and pydantic models, e.g. to name a stage's output folder."""
 

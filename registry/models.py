@@ -49,11 +49,13 @@ def register_checkpoint(
     *,
     run_id: str,
     tags: dict[str, str] | None = None,
+    metrics: dict[str, float] | None = None,
 ) -> str:
     """Log the checkpoint directory to run ``run_id`` and register it as a new version of ``model_name``.
 
     ``tags`` (the lineage tags of ``registry.tracking``) are set on the version; the git commit is added when
-    missing. Returns the version number (a string, as MLflow's API takes it).
+    missing; ``metrics`` become the version's ``metric.*`` tags (:func:`set_version_metrics`). Returns the version
+    number (a string, as MLflow's API takes it).
     """
     ckpt = Path(ckpt_dir)
     missing = [f for f in ("config.json", "tokenizer_config.json") if not (ckpt / f).is_file()]
@@ -68,6 +70,8 @@ def register_checkpoint(
             info = _log(ckpt)
     # Returns once the version is READY (immediately on SQLite; it polls a server's asynchronous registration).
     mv = mlflow.register_model(info.model_uri, model_name, tags=version_tags)
+    if metrics:
+        set_version_metrics(model_name, mv.version, metrics)
     return str(mv.version)
 
 
@@ -137,7 +141,8 @@ def load_model(uri_or_name: str | Path, alias: str | None = None, *, dst_path: s
 def set_version_metrics(
     name: str, version: str | int, metrics: dict[str, float], *, client: MlflowClient | None = None
 ) -> None:
-    """Store eval metrics on a model version as ``metric.<name>`` tags (what the promotion gate compares)."""
+    """Store metrics on a model version as ``metric.<name>`` tags; the promotion gate compares those its profile
+    declares (``promotion.metrics``) and ignores the rest."""
     c = _client(client)
     for key, value in metrics.items():
         c.set_model_version_tag(name, str(version), f"{METRIC_TAG_PREFIX}{key}", repr(float(value)))

@@ -1,9 +1,10 @@
 """MLflow tracking glue: one experiment, one nested run per stage, lineage tags, configs/curves/tables as artifacts.
 
     from forge.workspace import configure_environment
-    from registry.tracking import init_mlflow, start_stage_run, log_config, log_curve
+    from registry.tracking import StageContext, init_mlflow, log_config, log_curve
     client = init_mlflow(configure_environment())
-    with start_stage_run("sft", tags={PROFILE_TAG: "tiny"}) as run:
+    ctx = StageContext(tags={PROFILE_TAG: "tiny"})        # the recipe hands one to every stage
+    with ctx.start_run("sft", {DATA_MD5_TAG: md5}) as run:
         log_config(cfg.sft)
         log_curve("loss", steps, losses, ylabel="loss")
 
@@ -24,7 +25,7 @@ from pathlib import Path
 import mlflow
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 from forge.workspace import REPO_ROOT, Workspace
 
@@ -104,6 +105,33 @@ def start_stage_run(
         yield run
 
 
+class StageContext(BaseModel):
+    """Where a stage logs: the MLflow run its own run nests under, and the lineage tags of the recipe run (flow run
+    id, git commit, profile, data md5, ...) that every stage run and registered version carries.
+
+    The recipe flow builds one and passes it down explicitly; it is bookkeeping, never part of a cache key
+    (tasks/_cache.py leaves the ``ctx`` argument out)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    parent_run_id: str | None = None
+    tags: dict[str, str] = Field(default_factory=dict)
+
+    def nested(self, parent_run_id: str, tags: dict[str, str] | None = None) -> StageContext:
+        """The context of stages that nest under ``parent_run_id`` (a phase's run), with ``tags`` added."""
+        return StageContext(parent_run_id=parent_run_id, tags={**self.tags, **(tags or {})})
+
+    def lineage(self, tags: dict[str, str] | None = None) -> dict[str, str]:
+        """The recipe's lineage tags plus ``tags``: what a stage's run and its registered version carry."""
+        return {**self.tags, **{k: str(v) for k, v in (tags or {}).items()}}
+
+    @contextmanager
+    def start_run(self, name: str, tags: dict[str, str] | None = None) -> Iterator[mlflow.ActiveRun]:
+        """:func:`start_stage_run` under this context's parent run, tagged with its lineage plus ``tags``."""
+        with start_stage_run(name, parent_run_id=self.parent_run_id, tags=self.lineage(tags)) as run:
+            yield run
+
+
 def _flatten(value, prefix: str = "") -> dict[str, str]:
     if isinstance(value, dict):
         out: dict[str, str] = {}
@@ -149,6 +177,16 @@ def log_curve(name: str, steps: Sequence[float], values: Sequence[float], ylabel
         fig.savefig(path, format="png")
         mlflow.log_artifact(path, artifact_path="curves")
     return artifact
+
+
+def metrics_logger(step_offset: int = 0):
+    """A ``log_metrics(metrics, step)`` callback for Forge's trainers (forge/ stays MLflow-free): every record goes
+    to the active MLflow run at ``step + step_offset``."""
+
+    def log(metrics: dict, step: int) -> None:
+        mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, step=step + step_offset)
+
+    return log
 
 
 def log_table(rows: list[dict], artifact_file: str) -> None:

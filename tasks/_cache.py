@@ -1,9 +1,10 @@
 """Task caching that survives new runs and crashes, and notices code changes in the library.
 
 Prefect's default cache key includes the flow-run id, so a new run after a crash would recompute everything
-(STACK.md). Forge's tasks key on their inputs (minus bookkeeping arguments such as the MLflow parent run id),
+(docs/stack.md). Forge's tasks key on their inputs (minus the ``ctx`` argument: where to log, not what to compute),
 the task's own source, and the source of the ``forge`` modules the task calls: a change to the training code
-invalidates the training stage, a change to the README does not.
+invalidates the training stage, a change to the README does not. Inputs are the typed stage results of
+``forge/stages.py`` and the pydantic configs, which Prefect hashes by value.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import INPUTS, TASK_SOURCE, CachePolicy
 
-# Arguments that say where to log, not what to compute: never part of a cache key.
-BOOKKEEPING_ARGS = ("parent_run_id", "lineage")
+# Arguments that say where to log, not what to compute: never part of a cache key (registry.tracking.StageContext).
+BOOKKEEPING_ARGS = ("ctx",)
 
 
 LIBRARY_PACKAGES = ("forge", "registry")

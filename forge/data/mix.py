@@ -176,3 +176,10 @@ def build_mix(
 
 def read_manifest(mix_dir: Path) -> Manifest:
     return Manifest.model_validate_json((Path(mix_dir) / "manifest.json").read_text())
+
+
+def read_mix(mix_dir: str | Path) -> tuple[list[ChatSample], list[ChatSample]]:
+    """The mix's training rows (every shard, in order) and its held-out rows."""
+    mix = Path(mix_dir)
+    train = [r for shard in sorted(mix.glob("train-*.jsonl")) for r in read_jsonl(shard, ChatSample).rows]
+    return train, read_jsonl(mix / "heldout.jsonl", ChatSample).rows

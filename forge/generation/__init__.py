@@ -15,6 +15,7 @@ import importlib
 import importlib.util
 from typing import Any
 
+from forge.config import GenerationConfig
 from forge.generation.base import GenerationBackend, format_assistant_text
 
 BACKENDS: dict[str, str] = {
@@ -51,10 +52,25 @@ def get_backend(name: str, **kwargs: Any) -> GenerationBackend:
     return cls(**kwargs)
 
 
-def local_backend(backend: str, model_dir: str) -> GenerationBackend:
-    """A local checkpoint's backend under the profile's ``generation.backend``: vLLM when the profile generates
-    with vLLM, else transformers (an HTTP endpoint serves its own model, not this checkpoint)."""
-    return get_backend("vllm" if backend == "vllm" else "transformers", model=model_dir)
+def local_backend(generation: GenerationConfig, model_dir: str) -> GenerationBackend:
+    """A local checkpoint's backend under the profile's ``generation`` settings: vLLM, sized by every
+    ``generation.vllm`` setting, when the profile generates with vLLM; else transformers (an HTTP endpoint serves
+    its own model, not this checkpoint)."""
+    if generation.backend == "vllm":
+        v = generation.vllm
+        return get_backend("vllm", model=model_dir, tensor_parallel_size=v.tensor_parallel_size,
+                           gpu_memory_utilization=v.gpu_memory_utilization, max_model_len=v.max_model_len,
+                           dtype=v.dtype)
+    return get_backend("transformers", model=model_dir)
 
 
-__all__ = ["BACKENDS", "GenerationBackend", "format_assistant_text", "get_backend", "local_backend"]
+def teacher_or_local(generation: GenerationConfig, model_dir: str) -> GenerationBackend:
+    """The teacher endpoint when the profile names one (``generation.openai_base_url``), else the checkpoint in
+    ``model_dir`` through :func:`local_backend`: the strong side of §2.1.3's pairs and §2.1.1's refinement."""
+    if generation.openai_base_url:
+        return get_backend("openai", base_url=generation.openai_base_url)
+    return local_backend(generation, model_dir)
+
+
+__all__ = ["BACKENDS", "GenerationBackend", "format_assistant_text", "get_backend", "local_backend",
+           "teacher_or_local"]

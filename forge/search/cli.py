@@ -54,7 +54,8 @@ def synth_search(n: int = typer.Option(200, "--n", help="QA pairs to synthesize.
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from forge.config import load_profile
-    from forge.search.synthesize import synthesize_all
+    from forge.review.feedback import apply_reviews
+    from forge.search.synthesize import merge_shards, synthesize_shard
 
     cfg = load_profile(profile).deep_search
     update: dict = {"num_questions": n}
@@ -63,7 +64,9 @@ def synth_search(n: int = typer.Option(200, "--n", help="QA pairs to synthesize.
     if agents:
         update["agents"] = [a.strip() for a in agents.split(",") if a.strip()]
     cfg = type(cfg).model_validate({**cfg.model_dump(), **update})  # validated: a typo in --agents is refused
-    out = synthesize_all(ws, cfg)
+    shard_results = [synthesize_shard(ws, cfg, i) for i in range(cfg.num_shards)]
+    out = merge_shards(ws, cfg, shard_results, review=lambda trajs, qas: apply_reviews(trajs, qas,
+                                                                                       url=cfg.review_db_url))
     console.print_json(json.dumps(out))
     if out["stats"]["qas"] < n:
         console.print(f"[red]only {out['stats']['qas']} QAs for --n {n}[/red]")

@@ -1,7 +1,11 @@
 """Deep-search data synthesis end to end, in shards (the library behind ``flows/search.py`` and ``forge synth``).
 
-    shard = synthesize_shard(ws, cfg, i)            # QAs + trajectories (+ critic verdicts) of head shard i
-    out = merge_shards(ws, cfg, shards, pools)      # review store, filtered SFT pools, summary
+    shard = synthesize_shard(ws, cfg, i)                    # QAs + trajectories (+ critic verdicts) of head shard i
+    out = merge_shards(ws, cfg, shards, pools, review=...)  # reviews applied, filtered SFT pools, summary
+
+``review`` is the step that stores the trajectories for people to judge and hands back the reviewed ones: the
+caller passes :func:`forge.review.feedback.apply_reviews` (tasks/search.py, ``forge synth search``), so the search
+engine never imports the review store.
 
 Outputs under ``data/search/``:
 - ``shards/shard-XXXX.qa.jsonl`` / ``.traj.jsonl``: per shard (a killed run redoes only missing shards);
@@ -18,10 +22,9 @@ import math
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-from sqlalchemy.orm import Session
 
 from forge.config import DeepSearchConfig
 from forge.data.jsonl import read_jsonl, write_jsonl
@@ -120,19 +123,23 @@ def synthesize_shard(ws: Workspace, cfg: DeepSearchConfig, shard: int) -> dict[s
             "qa_seconds": round(qa_seconds, 2), "seconds": round(seconds, 2)}
 
 
-def merge_shards(ws: Workspace, cfg: DeepSearchConfig, shards: list[dict[str, Any]],
-                 pool_paths: dict[str, str] | None = None) -> dict[str, Any]:
-    """Join the shards, load the review store, write the filtered pools; returns paths and figures.
+Review = Callable[[list[SearchTrajectory], list[SearchQA]], tuple[list[SearchTrajectory], dict[str, Any]]]
 
-    Human verdicts win over the critic's: a turn a reviewer rejected is not trained on (loss mask 0), one a reviewer
-    accepted is, and a trajectory a reviewer rejected leaves the pools; ``stats["review"]`` counts what they changed.
+
+def merge_shards(ws: Workspace, cfg: DeepSearchConfig, shards: list[dict[str, Any]],
+                 pool_paths: dict[str, str] | None = None, *, review: Review) -> dict[str, Any]:
+    """Join the shards, apply the reviews, write the filtered pools; returns paths and figures.
+
+    ``review(trajectories, qas)`` returns the trajectories no reviewer rejected, with human verdicts over the
+    critic's (a turn a reviewer rejected is not trained on, one a reviewer accepted is), and counts of what the
+    reviews changed, which land in ``stats["review"]``.
     """
     out = search_dir(ws)
     qas = [qa for s in shards for qa in read_jsonl(s["qa_path"], SearchQA, max_bad_ratio=0.0).rows]
     trajs = [t for s in shards for t in read_jsonl(s["traj_path"], SearchTrajectory, max_bad_ratio=0.0).rows]
     write_jsonl(out / "qa.jsonl", qas)
     write_jsonl(out / "trajectories.jsonl", trajs)
-    reviewed, effect = apply_reviews(ws, cfg, trajs, qas)
+    reviewed, effect = review(trajs, qas)
     samples = [t.to_chat_sample() for t in reviewed if t.correct]
     samples = [s for s in samples if any(m.loss for m in s.messages if m.role == "assistant")]
     pools = write_pools(out / "pools", samples, pool_paths or {})
@@ -140,39 +147,6 @@ def merge_shards(ws: Workspace, cfg: DeepSearchConfig, shards: list[dict[str, An
     stats.update(samples={d: sum(s.domain == d for s in samples) for d in ("deep_search", "tool_use")}, review=effect)
     return {"qa_path": str(out / "qa.jsonl"), "traj_path": str(out / "trajectories.jsonl"), "pools": pools,
             "stats": stats}
-
-
-def apply_reviews(ws: Workspace, cfg: DeepSearchConfig, trajs: list[SearchTrajectory],
-                  qas: list[SearchQA] = ()) -> tuple[list[SearchTrajectory], dict[str, Any]]:
-    """Store every trajectory with its critic labels (and its question's gold path); return the trajectories
-    reviewers did not reject, with human verdicts overriding the critic's, and what the reviews changed."""
-    from forge.review import add_trajectory, reviewed_trajectory, trajectory_rejected
-    from forge.review.repository import open_workspace_store, review_digest
-
-    by_qa = {qa.id: qa for qa in qas}
-    engine = open_workspace_store(cfg.review_db_url, ws.home)
-    kept = []
-    effect: dict[str, Any] = {"turns_masked": 0, "turns_unmasked": 0, "trajectories_rejected": 0, "items_changed": 0}
-    with Session(engine) as session:
-        for traj in trajs:
-            add_trajectory(session, traj, qa=by_qa.get(traj.qa_id))
-        session.commit()
-        for traj in trajs:
-            reviewed = reviewed_trajectory(session, traj.id)
-            critic = {v.message_index: v.passed for v in traj.verdicts}
-            human = {v.message_index: v.passed for v in reviewed.verdicts if v.judge == "human"}
-            masked = sum(1 for i, ok in human.items() if critic.get(i, True) and not ok)
-            unmasked = sum(1 for i, ok in human.items() if ok and not critic.get(i, True))
-            rejected = trajectory_rejected(session, traj.id)
-            effect["turns_masked"] += masked
-            effect["turns_unmasked"] += unmasked
-            effect["trajectories_rejected"] += rejected
-            effect["items_changed"] += bool(traj.correct and (masked or unmasked or rejected))
-            if not rejected:
-                kept.append(reviewed)
-        effect["digest"] = review_digest(session)
-    engine.dispose()
-    return kept, effect
 
 
 def write_pools(out: Path, samples: list[ChatSample], pool_paths: dict[str, str]) -> dict[str, str]:
@@ -200,9 +174,3 @@ def summarize(qas: list[SearchQA], trajs: list[SearchTrajectory]) -> dict[str, A
         "turns": len(turns),
         "turn_pass_rate": sum(v.passed for v in turns) / max(1, len(turns)),
     }
-
-
-def synthesize_all(ws: Workspace, cfg: DeepSearchConfig, pool_paths: dict[str, str] | None = None) -> dict:
-    """All shards in this process, then the merge (what ``forge synth search`` runs without Prefect)."""
-    shards = [synthesize_shard(ws, cfg, i) for i in range(cfg.num_shards)]
-    return merge_shards(ws, cfg, shards, pool_paths)

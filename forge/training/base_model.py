@@ -12,36 +12,26 @@ model + tokenizer are renamed into place atomically. ``source='hub'``: :func:`lo
 
 from __future__ import annotations
 
-import json
 import logging
 import random
-import shutil
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch.utils.data import Dataset
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase, Trainer, TrainingArguments
-from transformers.trainer_callback import PrinterCallback
 
 from forge.config import BaseModelConfig, TrainingRuntimeConfig
 from forge.training.checkpoints import (
     ForwardMetrics,
     MetricsLogger,
-    apply_runtime,
+    ResumableTraining,
     common_trainer_args,
-    find_resume_checkpoint,
     loss_curve,
-    save_atomically,
-    work_dir_for,
 )
 from forge.training.tokenizer import ENDOFTEXT
 
 logger = logging.getLogger(__name__)
-
-STATE_FILE = "forge_pretrain.json"
-
 
 def build_model(cfg: BaseModelConfig, tokenizer: PreTrainedTokenizerBase) -> LlamaForCausalLM:
     """A freshly initialised Llama sized by ``cfg``, its vocabulary and special ids taken from ``tokenizer``.
@@ -182,12 +172,7 @@ def pretrain(
         Held-out loss before and after, the ``(step, train_loss, heldout_loss)`` curve (across resumes), steps,
         tokens seen, seconds of this call, and the step this call resumed from (None for a fresh run).
     """
-    start = time.monotonic()
-    apply_runtime(runtime)
-    out_dir = Path(out_dir)
-    work_dir = work_dir_for(out_dir)
-    work_dir.mkdir(parents=True, exist_ok=True)
-
+    run = ResumableTraining(out_dir, runtime)
     texts = _limit_chars([t for t in texts if t.strip()], cfg.max_corpus_chars)
     # Enough held-out text for at least two blocks at ~4 characters a token.
     train_texts, heldout_texts = split_heldout(texts, cfg.eval_fraction, cfg.seed, min_chars=8 * cfg.seq_len)
@@ -206,7 +191,7 @@ def pretrain(
     )
 
     args = TrainingArguments(
-        **common_trainer_args(work_dir, runtime, seed=cfg.seed, save_steps=save_steps or cfg.eval_every),
+        **common_trainer_args(run.work_dir, runtime, seed=cfg.seed, save_steps=save_steps or cfg.eval_every),
         max_steps=cfg.max_steps,
         per_device_train_batch_size=cfg.batch_size,
         per_device_eval_batch_size=cfg.batch_size,
@@ -226,21 +211,9 @@ def pretrain(
         processing_class=tokenizer,
         callbacks=[ForwardMetrics(log_metrics, prefix="pretrain/")],
     )
-    trainer.remove_callback(PrinterCallback)  # it prints every log dict to stdout; ForwardMetrics logs instead
-
     # The loss before any training is measured once and kept in the work dir, so a resumed run reports it too.
-    state_path = work_dir / STATE_FILE
-    resume = find_resume_checkpoint(work_dir)
-    if resume and state_path.exists():
-        initial = json.loads(state_path.read_text())["initial_heldout_loss"]
-    else:
-        initial = trainer.evaluate()["eval_loss"]
-        state_path.write_text(json.dumps({"initial_heldout_loss": initial}))
-    resumed_from = int(Path(resume).name.split("-")[-1]) if resume else None
-    if resume:
-        logger.info("pretrain: resuming from %s", resume)
-
-    trainer.train(resume_from_checkpoint=resume)
+    initial = run.once("initial_heldout_loss", lambda: trainer.evaluate()["eval_loss"])
+    run.train(trainer, "pretrain")
     history = trainer.state.log_history
     curve = loss_curve(history)
     if curve and curve[-1][0] == trainer.state.global_step:
@@ -248,18 +221,17 @@ def pretrain(
     else:
         final = trainer.evaluate()["eval_loss"]
         curve = loss_curve(trainer.state.log_history)
-    save_atomically(trainer.model, tokenizer, out_dir)
-    shutil.rmtree(work_dir, ignore_errors=True)
+    run.finish(trainer.model, tokenizer)
     steps = trainer.state.global_step
     return PretrainResult(
-        out_dir=out_dir,
+        out_dir=run.out_dir,
         initial_heldout_loss=float(initial),
         final_heldout_loss=float(final),
         curve=curve,
         steps=steps,
         tokens_seen=steps * cfg.batch_size * cfg.seq_len,
-        seconds=time.monotonic() - start,
-        resumed_from_step=resumed_from,
+        seconds=run.seconds,
+        resumed_from_step=run.resumed_from_step,
         train_blocks=len(train_blocks),
         heldout_blocks=len(heldout_blocks),
     )

@@ -3,7 +3,13 @@
 A training call writes its HF ``Trainer`` checkpoints under a work dir next to its output
 (``<out>.work/``), so a killed run resumes from the last checkpoint instead of restarting; the finished
 model is written to a temp dir next to ``out_dir`` and renamed into place, so ``out_dir`` either holds a
-complete model or does not exist.
+complete model or does not exist. :class:`ResumableTraining` takes those steps for every Forge trainer:
+
+    run = ResumableTraining(out_dir, runtime)                  # work dir ready, resume point found
+    trainer = SomeTrainer(..., args=TrainingArguments(**common_trainer_args(run.work_dir, runtime, ...)))
+    before = run.once("eval_loss_before", lambda: evaluate(trainer))  # measured once, kept across a resume
+    run.train(trainer, "sft ctx-256")                          # continues from the last complete checkpoint
+    run.finish(trainer.model, tokenizer)                       # out_dir appears whole, the work dir goes
 """
 
 from __future__ import annotations
@@ -13,11 +19,13 @@ import logging
 import math
 import os
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainerCallback
+from transformers.trainer_callback import PrinterCallback
 
 from forge.config import TrainingRuntimeConfig
 
@@ -54,6 +62,60 @@ def find_resume_checkpoint(work_dir: Path) -> str | None:
             continue
         return str(ckpt)
     return None
+
+
+def checkpoint_step(checkpoint: str | None) -> int | None:
+    """The step of a ``checkpoint-N`` folder (None for None)."""
+    return int(Path(checkpoint).name.split("-")[-1]) if checkpoint else None
+
+
+STATE_FILE = "forge_state.json"
+
+
+class ResumableTraining:
+    """One training call's checkpoint, resume and atomic-save steps (see the module docstring).
+
+    Args:
+        out_dir: where the finished model goes; its sibling ``.<name>.work`` holds the Trainer's checkpoints.
+        runtime: process-wide settings applied before the trainer is built (CPU threads).
+    """
+
+    def __init__(self, out_dir: Path, runtime: TrainingRuntimeConfig) -> None:
+        self.started = time.monotonic()
+        apply_runtime(runtime)
+        self.out_dir = Path(out_dir)
+        self.work_dir = work_dir_for(self.out_dir)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.resume = find_resume_checkpoint(self.work_dir)
+        self.resumed_from_step = checkpoint_step(self.resume)
+
+    def once(self, key: str, measure: Callable[[], float]) -> float:
+        """``measure()`` the first time; the value kept in the work dir when this call resumes a killed run (whose
+        model has already moved on, so measuring again would not give the "before" figure)."""
+        path = self.work_dir / STATE_FILE
+        saved = json.loads(path.read_text()) if path.exists() else {}
+        if self.resume and key in saved:
+            return saved[key]
+        saved[key] = float(measure())
+        path.write_text(json.dumps(saved))
+        return saved[key]
+
+    def train(self, trainer: Trainer, label: str) -> None:
+        """``trainer.train()`` from the resume point; Forge logs progress itself (no PrinterCallback dicts)."""
+        trainer.remove_callback(PrinterCallback)
+        if self.resume:
+            logger.info("%s: resuming from %s", label, self.resume)
+        trainer.train(resume_from_checkpoint=self.resume)
+
+    def finish(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> Path:
+        """Write the trained model atomically to ``out_dir`` and remove the work dir; returns ``out_dir``."""
+        save_atomically(model, tokenizer, self.out_dir)
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+        return self.out_dir
+
+    @property
+    def seconds(self) -> float:
+        return time.monotonic() - self.started
 
 
 def save_atomically(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: Path) -> Path:

@@ -1,104 +1,38 @@
 """GRPO builders shared by the point-wise (§2.1.2) and pair-wise (§2.1.3) RL stages, with TRL's ``GRPOTrainer``.
 
-What is Forge's here: the prompt set (single-turn and multi-turn conversations from the SFT mix, each with its
-reference answer), the reward callables (:class:`PointwiseRMReward` scores a rollout with the frozen point-wise
+What is Forge's here: the reward callables (:class:`PointwiseRMReward` scores a rollout with the frozen point-wise
 RM; :mod:`forge.training.pairwise_rm` provides the "beats the reference" reward), the per-step health metrics
-the paper watches (overlong truncation 5.27% → 0.38%, repetition) and the mapping from Forge's profile to a
-``GRPOConfig`` — the same function builds the CPU and the GPU (vLLM colocate, bf16) configs.
+the paper watches (overlong truncation 5.27% → 0.38%, repetition) and the mapping from the profile's
+:class:`forge.config.GRPOSettings` to TRL's ``GRPOConfig`` — the same function builds the CPU and the GPU (vLLM
+colocate, bf16) configs. The prompts come from :func:`forge.training.pairs.build_rl_prompts`.
 
 Reward functions follow TRL's signature ``r(prompts, completions, completion_ids, **kwargs) -> list[float]``;
 conversational completions arrive as ``[{"role": "assistant", "content": text}]``.
 
     prompts = build_rl_prompts(mix_rows, tokenizer, max_prompts=64, max_prompt_tokens=96, seed=0)
     reward = PointwiseRMReward(RewardScorer(rm_dir), max_completion_length=64)
-    result = run_grpo(policy_dir, prompts, [reward], grpo_settings(cfg.pointwise_rl), cfg.runtime, out_dir)
+    result = run_grpo(policy_dir, prompts, [reward], cfg.pointwise_rl.grpo, cfg.runtime, out_dir, seed=cfg.seed)
 """
 
 from __future__ import annotations
 
 import logging
-import random
-import shutil
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from datasets import Dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase, TrainerCallback
-from transformers.trainer_callback import PrinterCallback
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
-from forge.config import GenerationConfig, PairwiseRLConfig, PointwiseRLConfig, TrainingRuntimeConfig
-from forge.data.schemas import ChatSample
-from forge.training.checkpoints import (
-    ForwardMetrics,
-    MetricsLogger,
-    apply_runtime,
-    common_trainer_args,
-    find_resume_checkpoint,
-    save_atomically,
-    work_dir_for,
-)
-from forge.training.tokenizer import render_chat
+from forge.config import GenerationConfig, GRPOSettings, TrainingRuntimeConfig
+from forge.training.checkpoints import ForwardMetrics, MetricsLogger, ResumableTraining, common_trainer_args
+from forge.training.pairs import repetition_fraction
 
 logger = logging.getLogger(__name__)
 
 Chat = list[dict[str, Any]]
-
-
-# --- prompts ------------------------------------------------------------------------------------------------
-
-
-def prompt_and_reference(sample: ChatSample) -> tuple[Chat, str] | None:
-    """The conversation up to its last assistant answer (whole history: §2.1.3 multi-turn) and that answer.
-
-    Only plain-text exchanges qualify (no tools, no tool calls): the RMs judge chat answers, and the agentic
-    stages handle tool use. Returns None for samples that do not end in a trained text answer.
-    """
-    if sample.tools or any(m.role == "tool" or m.tool_calls for m in sample.messages):
-        return None
-    last = sample.messages[-1]
-    if last.role != "assistant" or not last.content or not last.loss:
-        return None
-    history = [{"role": m.role, "content": m.content} for m in sample.messages[:-1]]
-    if not history or history[-1]["role"] != "user":
-        return None
-    return history, last.content
-
-
-def build_rl_prompts(
-    rows: Sequence[ChatSample],
-    tokenizer: PreTrainedTokenizerBase,
-    *,
-    max_prompts: int,
-    max_prompt_tokens: int,
-    seed: int,
-    domains: Sequence[str] | None = None,
-) -> list[dict[str, Any]]:
-    """RL prompts ``{"prompt": chat, "reference": answer, "domain": ...}`` from SFT rows, seeded order.
-
-    Prompts longer than ``max_prompt_tokens`` (rendered with the generation header) are skipped: TRL 1.16 has
-    no prompt truncation, and a cut prompt would lose the question.
-    """
-    out: list[dict[str, Any]] = []
-    order = list(rows)
-    random.Random(f"{seed}:rl-prompts").shuffle(order)
-    for sample in order:
-        if domains and sample.domain not in domains:
-            continue
-        pr = prompt_and_reference(sample)
-        if pr is None:
-            continue
-        history, reference = pr
-        text, _ = render_chat(tokenizer, history, add_generation_prompt=True)
-        if len(tokenizer(text, add_special_tokens=False)["input_ids"]) > max_prompt_tokens:
-            continue
-        out.append({"prompt": history, "reference": reference, "domain": sample.domain})
-        if len(out) >= max_prompts:
-            break
-    return out
 
 
 # --- rollout health metrics -----------------------------------------------------------------------------------
@@ -109,15 +43,6 @@ def completion_text(completion: Any) -> str:
     if isinstance(completion, str):
         return completion
     return "".join(m.get("content") or "" for m in completion if m.get("role", "assistant") == "assistant")
-
-
-def repetition_fraction(text: str, n: int = 4) -> float:
-    """Share of the word ``n``-grams in ``text`` that repeat an earlier one (0 = no repetition, →1 = a loop)."""
-    words = text.split()
-    grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
-    if not grams:
-        return 0.0
-    return 1.0 - len(set(grams)) / len(grams)
 
 
 def is_repetitive(text: str, threshold: float = 0.3) -> bool:
@@ -186,57 +111,19 @@ class PointwiseRMReward:
 # --- trainer --------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class GRPOSettings:
-    """The GRPO knobs both RL stages share (read from PointwiseRLConfig or PairwiseRLConfig)."""
-
-    num_generations: int
-    max_completion_length: int
-    learning_rate: float
-    max_steps: int
-    per_device_batch_size: int
-    temperature: float
-    save_steps: int
-    beta: float = 0.0
-    loss_type: str = "dapo"
-    steps_per_generation: int = 1
-    use_vllm: bool = False
-    seed: int = 0
-
-
-def grpo_settings(cfg: PointwiseRLConfig | PairwiseRLConfig, seed: int = 0) -> GRPOSettings:
-    return GRPOSettings(
-        num_generations=cfg.num_generations,
-        max_completion_length=cfg.max_completion_length,
-        learning_rate=cfg.learning_rate,
-        max_steps=cfg.max_steps,
-        per_device_batch_size=cfg.per_device_batch_size,
-        temperature=cfg.temperature,
-        save_steps=cfg.save_steps,
-        beta=getattr(cfg, "beta", 0.0),
-        loss_type=getattr(cfg, "loss_type", "dapo"),
-        steps_per_generation=getattr(cfg, "steps_per_generation", 1),
-        use_vllm=getattr(cfg, "use_vllm", False),
-        seed=seed,
-    )
-
-
 def build_grpo_config(
     s: GRPOSettings,
     runtime: TrainingRuntimeConfig,
     work_dir: Path,
     generation: GenerationConfig | None = None,
+    seed: int = 0,
 ) -> GRPOConfig:
-    """TRL's ``GRPOConfig`` from Forge's settings; every default that bites on CPU set explicitly (STACK.md).
+    """TRL's ``GRPOConfig`` from the profile's settings; every default that bites on CPU set explicitly
+    (docs/stack.md). ``GRPOSettings`` has already checked that the batch divides into rollout groups.
 
     With ``s.use_vllm`` the rollouts run in vLLM inside the training processes (TRL colocate mode) sized by
     ``generation.vllm``; building the config imports nothing from vLLM, so a CPU test can validate a GPU profile.
     """
-    if (s.per_device_batch_size * s.steps_per_generation) % s.num_generations:
-        raise ValueError(
-            f"per_device_batch_size × steps_per_generation ({s.per_device_batch_size} × {s.steps_per_generation}) "
-            f"must be divisible by num_generations ({s.num_generations})"
-        )
     vllm: dict[str, Any] = {"use_vllm": False}
     if s.use_vllm:
         v = (generation or GenerationConfig()).vllm
@@ -248,7 +135,7 @@ def build_grpo_config(
             "vllm_max_model_length": v.max_model_len,
             "vllm_enable_sleep_mode": v.trl_mode == "colocate",
         }
-    args = common_trainer_args(work_dir, runtime, seed=s.seed, save_steps=s.save_steps)
+    args = common_trainer_args(work_dir, runtime, seed=seed, save_steps=s.save_steps)
     args["lr_scheduler_type"] = "constant"  # a short RL run should not spend half its steps at a decayed rate
     return GRPOConfig(
         **args,
@@ -280,6 +167,16 @@ class GRPOResult:
         pts = [(int(r["step"]), float(r[key])) for r in self.curve if key in r]
         return [p[0] for p in pts], [p[1] for p in pts]
 
+    def window_metrics(self, keys: Sequence[str]) -> dict[str, float]:
+        """``<key>_first20`` / ``<key>_last20``: each logged key's mean over the first and the last 20% of steps (the
+        windows in which the paper reads its RL curves' trends)."""
+        out: dict[str, float] = {}
+        for key in keys:
+            if self.series(key)[1]:
+                out[f"{key}_first20"] = self.window_mean(key, 0.0, 0.2)
+                out[f"{key}_last20"] = self.window_mean(key, 0.8, 1.0)
+        return out
+
     def window_mean(self, key: str, start: float, end: float) -> float:
         """Mean of ``key`` over the steps in the fractional window ``[start, end)`` of the run."""
         _, values = self.series(key)
@@ -309,6 +206,7 @@ def run_grpo(
     runtime: TrainingRuntimeConfig,
     out_dir: Path,
     *,
+    seed: int = 0,
     stage: str = "grpo",
     generation: GenerationConfig | None = None,
     log_metrics: MetricsLogger | None = None,
@@ -317,11 +215,7 @@ def run_grpo(
 
     A checkpoint left in the work dir by a killed run is resumed (the per-step curve then starts there).
     """
-    start = time.monotonic()
-    apply_runtime(runtime)
-    out_dir = Path(out_dir)
-    work_dir = work_dir_for(out_dir)
-    work_dir.mkdir(parents=True, exist_ok=True)
+    run = ResumableTraining(out_dir, runtime)
     tokenizer = AutoTokenizer.from_pretrained(policy_dir)
     model = AutoModelForCausalLM.from_pretrained(policy_dir)
     model.config.pad_token_id = tokenizer.pad_token_id
@@ -332,23 +226,18 @@ def run_grpo(
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=reward_funcs,
-        args=build_grpo_config(settings, runtime, work_dir, generation),
+        args=build_grpo_config(settings, runtime, run.work_dir, generation, seed),
         train_dataset=Dataset.from_list(prompts),
         processing_class=tokenizer,
         callbacks=[records, ForwardMetrics(log_metrics, prefix=f"{stage}/")],
     )
-    trainer.remove_callback(PrinterCallback)
-    resume = find_resume_checkpoint(work_dir)
-    if resume:
-        logger.info("%s: resuming from %s", stage, resume)
     logger.info("%s: %d prompts × %d rollouts, %d steps", stage, len(prompts), settings.num_generations, settings.max_steps)
-    trainer.train(resume_from_checkpoint=resume)
-    save_atomically(trainer.model, tokenizer, out_dir)
-    shutil.rmtree(work_dir, ignore_errors=True)
+    run.train(trainer, stage)
+    run.finish(trainer.model, tokenizer)
     return GRPOResult(
-        out_dir=out_dir,
+        out_dir=run.out_dir,
         curve=records.records,
         steps=trainer.state.global_step,
-        seconds=time.monotonic() - start,
-        resumed_from_step=int(Path(resume).name.split("-")[-1]) if resume else None,
+        seconds=run.seconds,
+        resumed_from_step=run.resumed_from_step,
     )

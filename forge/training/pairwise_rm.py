@@ -10,19 +10,15 @@ The second term asks the verdict to be antisymmetric under a swap, which removes
 prefers slot A whatever it holds has d(A, B) ≈ d(B, A), and pays for it. Pair-wise GRPO then rewards a rollout
 with 1 when the RM says it beats the prompt's reference answer, else 0.
 
-    pairs = filter_pairs(generate_strong_weak(strong, weak, prompts, ...))      # checklist-filtered
-    result = train_pairwise_rm(policy_dir, train, heldout, cfg.pairwise_rl, cfg.runtime, out_dir)
+    split = pairwise_pairs(prompts, strong, weak, tokenizer, ...)     # forge/training/pairs.py, checklist-filtered
+    result = train_pairwise_rm(policy_dir, split.train, split.heldout, cfg.pairwise_rl, cfg.runtime, out_dir)
     reward = BeatsReferenceReward(PairwiseScorer(out_dir), win=1.0, loss=0.0)
 """
 
 from __future__ import annotations
 
-import ast
 import logging
 import random
-import re
-import shutil
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,169 +27,17 @@ import torch
 import torch.nn.functional as F
 from datasets import Dataset
 from transformers import PreTrainedTokenizerBase, Trainer, TrainingArguments
-from transformers.trainer_callback import PrinterCallback
 
-from forge.config import PairwiseRLConfig, TrainingRuntimeConfig
-from forge.data.schemas import Message, PreferencePair
-from forge.generation.base import GenerationBackend
-from forge.training.checkpoints import (
-    ForwardMetrics,
-    MetricsLogger,
-    apply_runtime,
-    common_trainer_args,
-    find_resume_checkpoint,
-    save_atomically,
-    work_dir_for,
-)
-from forge.training.grpo import RolloutStats, completion_text, repetition_fraction
+from forge.config import PairwiseRLConfig, RewardModelSettings, TrainingRuntimeConfig
+from forge.training.checkpoints import ForwardMetrics, MetricsLogger, ResumableTraining, common_trainer_args
+from forge.training.grpo import RolloutStats, completion_text
+from forge.training.pairs import StrongWeakPair
 from forge.training.reward_model import load_reward_model, score_ids
-from forge.training.tokenizer import CONTROL_TOKENS, render_chat
+from forge.training.tokenizer import render_chat
 
 logger = logging.getLogger(__name__)
 
 Chat = list[dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class StrongWeakPair:
-    """One prompt (full history), the strong checkpoint's answer, the weak one's, and the reference if any."""
-
-    history: Chat
-    strong: str
-    weak: str
-    reference: str = ""
-    domain: str = "general"
-
-
-# --- strong-vs-weak pairs and the checklist ----------------------------------------------------------------------
-
-
-def generate_strong_weak(
-    strong: GenerationBackend,
-    weak: GenerationBackend,
-    prompts: list[dict[str, Any]],
-    *,
-    max_new_tokens: int,
-    temperature: float = 0.0,
-    seed: int = 0,
-) -> list[StrongWeakPair]:
-    """Answer every prompt (``{"prompt", "reference", "domain"}``) with both checkpoints."""
-    chats = [p["prompt"] for p in prompts]
-    kw = {"max_new_tokens": max_new_tokens, "temperature": temperature, "seed": seed}
-    strong_out, weak_out = strong.generate(chats, **kw), weak.generate(chats, **kw)
-    return [
-        StrongWeakPair(p["prompt"], s, w, p.get("reference", ""), p.get("domain", "general"))
-        for p, s, w in zip(prompts, strong_out, weak_out, strict=True)
-    ]
-
-
-_WORD = re.compile(r"[a-z0-9]+")
-_CODE = re.compile(r"```(?:python)?\n(.*?)```", re.DOTALL)
-
-
-def _overlap_f1(a: str, b: str) -> float:
-    """Bag-of-words F1 between two texts (0 when either is empty)."""
-    wa, wb = _WORD.findall(a.lower()), _WORD.findall(b.lower())
-    if not wa or not wb:
-        return 0.0
-    common = sum(min(wa.count(w), wb.count(w)) for w in set(wa))
-    if not common:
-        return 0.0
-    p, r = common / len(wa), common / len(wb)
-    return 2 * p * r / (p + r)
-
-
-def checklist(history: Chat, answer: str, reference: str = "") -> dict[str, float]:
-    """Rule-based checklist of an answer; each item in [0, 1], higher is better.
-
-    Items: ``nonempty`` (some words), ``clean`` (no leaked control tokens, balanced think tags), ``not_repetitive``
-    (≤ 30% repeated 4-grams), ``on_topic`` (shares a content word with the last user turn), ``code_parses``
-    (when the reference holds a Python block, the answer holds one that parses), ``reference_f1`` (word F1 with
-    the reference answer, when there is one).
-    """
-    words = answer.split()
-    question = next((m["content"] for m in reversed(history) if m["role"] == "user"), "")
-    q_words = {w for w in _WORD.findall(question.lower()) if len(w) > 3}
-    items = {
-        "nonempty": float(len(words) >= 2),
-        "clean": float(not any(t in answer for t in CONTROL_TOKENS) and answer.count("<think>") == answer.count("</think>")),
-        "not_repetitive": float(repetition_fraction(answer) <= 0.3),
-        "on_topic": float(bool(q_words & set(_WORD.findall(answer.lower())))) if q_words else 1.0,
-    }
-    if _CODE.search(reference):
-        blocks = _CODE.findall(answer)
-        items["code_parses"] = float(bool(blocks) and all(_parses(b) for b in blocks))
-    if reference:
-        items["reference_f1"] = _overlap_f1(answer, reference)
-    return items
-
-
-def _parses(code: str) -> bool:
-    try:
-        ast.parse(code)
-    except (SyntaxError, ValueError):
-        return False
-    return True
-
-
-def checklist_score(history: Chat, answer: str, reference: str = "") -> float:
-    return sum(checklist(history, answer, reference).values())
-
-
-def filter_pairs(pairs: list[StrongWeakPair]) -> tuple[list[StrongWeakPair], dict[str, int]]:
-    """Keep a pair only when the checklist agrees that the strong answer wins (strictly higher score).
-
-    Returns the kept pairs and counts (``kept``, ``disagree``: the checklist prefers the weak answer, ``tie``).
-    """
-    kept, counts = [], {"kept": 0, "disagree": 0, "tie": 0}
-    for pair in pairs:
-        s = checklist_score(pair.history, pair.strong, pair.reference)
-        w = checklist_score(pair.history, pair.weak, pair.reference)
-        if pair.strong.strip() == pair.weak.strip() or s == w:
-            counts["tie"] += 1
-        elif s > w:
-            kept.append(pair)
-            counts["kept"] += 1
-        else:
-            counts["disagree"] += 1
-    return kept, counts
-
-
-FORGE_PAIR_SOURCE = "reference-over-weak"
-
-
-def reference_over_weak(
-    weak: GenerationBackend,
-    prompts: list[dict[str, Any]],
-    tokenizer: PreTrainedTokenizerBase,
-    *,
-    max_new_tokens: int,
-    temperature: float = 0.0,
-    seed: int = 0,
-) -> list[StrongWeakPair]:
-    """Pairs whose strong side is the prompt's reference answer (the teacher that wrote the SFT data) and whose
-    weak side is the weak checkpoint's answer. The reference is cut to the weak side's token budget, so that
-    length alone cannot tell the two apart."""
-    answers = weak.generate([p["prompt"] for p in prompts], max_new_tokens=max_new_tokens, temperature=temperature,
-                            seed=seed)
-    pairs = []
-    for p, w in zip(prompts, answers, strict=True):
-        ids = tokenizer(p["reference"], add_special_tokens=False)["input_ids"]
-        ref = p["reference"] if len(ids) <= max_new_tokens else tokenizer.decode(ids[:max_new_tokens])
-        pairs.append(StrongWeakPair(p["prompt"], ref, w, p["reference"], p.get("domain", "general")))
-    return pairs
-
-
-def to_preference_pairs(pairs: list[StrongWeakPair], source: str = FORGE_PAIR_SOURCE) -> list[PreferencePair]:
-    """Strong-over-weak pairs as point-wise preference rows (chosen = strong); identical answers are skipped."""
-    out = []
-    for p in pairs:
-        if p.strong.strip() and p.weak.strip() and p.strong != p.weak:
-            out.append(PreferencePair.build(
-                source=source, domain=p.domain, chosen=p.strong, rejected=p.weak,
-                prompt=[Message(role=m["role"], content=m["content"]) for m in p.history],
-            ))
-    return out
 
 
 # --- model input ----------------------------------------------------------------------------------------------------
@@ -311,16 +155,16 @@ class PairwiseRMResult:
 
 
 def pairwise_rm_args(
-    cfg: PairwiseRLConfig, runtime: TrainingRuntimeConfig, work_dir: Path, seed: int = 0
+    cfg: RewardModelSettings, runtime: TrainingRuntimeConfig, work_dir: Path, seed: int = 0
 ) -> TrainingArguments:
     """``TrainingArguments`` of the pairwise RM (its own columns reach the collator: no column pruning)."""
     return TrainingArguments(
         **common_trainer_args(work_dir, runtime, seed=seed, save_steps=cfg.save_steps),
-        max_steps=cfg.rm_max_steps,
-        learning_rate=cfg.rm_learning_rate,
-        per_device_train_batch_size=cfg.rm_batch_size,
-        warmup_steps=max(1, cfg.rm_max_steps // 20),
-        logging_steps=max(1, min(10, cfg.rm_max_steps // 10)),
+        max_steps=cfg.max_steps,
+        learning_rate=cfg.learning_rate,
+        per_device_train_batch_size=cfg.batch_size,
+        warmup_steps=max(1, cfg.max_steps // 20),
+        logging_steps=max(1, min(10, cfg.max_steps // 10)),
         remove_unused_columns=False,
         eval_strategy="no",
     )
@@ -337,42 +181,35 @@ def train_pairwise_rm(
     log_metrics: MetricsLogger | None = None,
 ) -> PairwiseRMResult:
     """Train the pairwise RM (weight ``cfg.swap_consistency_weight`` on the swap term); write it atomically."""
-    start = time.monotonic()
-    apply_runtime(runtime)
-    out_dir = Path(out_dir)
-    work_dir = work_dir_for(out_dir)
-    work_dir.mkdir(parents=True, exist_ok=True)
+    run = ResumableTraining(out_dir, runtime)
     model, tokenizer = load_reward_model(model_dir)
-    train_ds = pairwise_dataset(tokenizer, train_pairs, cfg.rm_max_length, seed)
-    heldout_ds = pairwise_dataset(tokenizer, heldout_pairs, cfg.rm_max_length, seed + 1)
+    train_ds = pairwise_dataset(tokenizer, train_pairs, cfg.rm.max_length, seed)
+    heldout_ds = pairwise_dataset(tokenizer, heldout_pairs, cfg.rm.max_length, seed + 1)
     before = evaluate_pairwise(model, tokenizer, heldout_ds)
     trainer = PairwiseRMTrainer(
         model=model,
-        args=pairwise_rm_args(cfg, runtime, work_dir, seed),
+        args=pairwise_rm_args(cfg.rm, runtime, run.work_dir, seed),
         train_dataset=train_ds,
         data_collator=PairCollator(tokenizer.pad_token_id),
         processing_class=tokenizer,
         callbacks=[ForwardMetrics(log_metrics, prefix="rm_pairwise/")],
         swap_weight=cfg.swap_consistency_weight,
     )
-    trainer.remove_callback(PrinterCallback)
-    resume = find_resume_checkpoint(work_dir)
-    trainer.train(resume_from_checkpoint=resume)
+    run.train(trainer, "rm-pairwise")
     after = evaluate_pairwise(trainer.model, tokenizer, heldout_ds)
     logger.info("rm-pairwise (λ=%g): held-out accuracy %.3f, position-bias rate %.3f (before %.3f / %.3f)",
                 cfg.swap_consistency_weight, after.accuracy, after.position_bias_rate, before.accuracy,
                 before.position_bias_rate)
-    save_atomically(trainer.model, tokenizer, out_dir)
-    shutil.rmtree(work_dir, ignore_errors=True)
+    run.finish(trainer.model, tokenizer)
     return PairwiseRMResult(
-        out_dir=out_dir,
+        out_dir=run.out_dir,
         before=before,
         after=after,
         train_curve=[(int(r["step"]), float(r["loss"])) for r in trainer.state.log_history if "loss" in r],
         steps=trainer.state.global_step,
-        seconds=time.monotonic() - start,
+        seconds=run.seconds,
         train_pairs=len(train_pairs),
-        resumed_from_step=int(Path(resume).name.split("-")[-1]) if resume else None,
+        resumed_from_step=run.resumed_from_step,
     )
 
 

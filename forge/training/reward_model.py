@@ -7,19 +7,17 @@ with Forge's chat template and tokenized here (``chosen_ids``/``rejected_ids`` c
 the text the policy writes; long conversations are cut from the left, because the answer at the end is what is
 being judged and Llama's classification head reads the last token.
 
-Pairs come from HH-RLHF (``data/pools/preferences.jsonl``) plus pairs Forge makes itself (a refined answer
-over its unrefined draft, :mod:`forge.data.refinement`).
+Pairs come from HH-RLHF (``data/pools/preferences.jsonl``) plus pairs Forge makes itself: the SFT mix's reference
+answer over the weak checkpoint's (:mod:`forge.training.pairs`) and, with refinement on, a refined answer over its
+unrefined draft (:mod:`forge.data.refinement`).
 
-    result = train_reward_model(policy_dir, train_pairs, eval_pairs, cfg.pointwise_rl, cfg.runtime, out_dir)
+    result = train_reward_model(policy_dir, train_pairs, eval_pairs, cfg.pointwise_rl.rm, cfg.runtime, out_dir)
     scorer = RewardScorer(out_dir)             # frozen; scores chats for GRPO
 """
 
 from __future__ import annotations
 
 import logging
-import random
-import shutil
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,19 +25,16 @@ from typing import Any
 import torch
 from datasets import Dataset
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedTokenizerBase
-from transformers.trainer_callback import PrinterCallback
 from trl import RewardConfig, RewardTrainer
 
-from forge.config import PointwiseRLConfig, TrainingRuntimeConfig
+from forge.config import RewardModelSettings, TrainingRuntimeConfig
 from forge.data.schemas import Message, PreferencePair
 from forge.training.checkpoints import (
     ForwardMetrics,
     MetricsLogger,
+    ResumableTraining,
     apply_runtime,
     common_trainer_args,
-    find_resume_checkpoint,
-    save_atomically,
-    work_dir_for,
 )
 from forge.training.tokenizer import render_chat
 
@@ -136,14 +131,6 @@ def accuracy_by_source(model, tokenizer, pairs: list[PreferencePair], max_length
     return {name: sum(ws) / len(ws) if ws else float("nan") for name, ws in groups.items()}
 
 
-def split_pairs(pairs: list[PreferencePair], eval_pairs: int, seed: int) -> tuple[list, list]:
-    """Seeded split into (train, held-out); the held-out share is at most a third of the pairs."""
-    order = list(pairs)
-    random.Random(f"{seed}:rm-split").shuffle(order)
-    n_eval = min(eval_pairs, len(order) // 3)
-    return order[n_eval:], order[:n_eval]
-
-
 @dataclass
 class RewardModelResult:
     out_dir: Path
@@ -159,16 +146,16 @@ class RewardModelResult:
     resumed_from_step: int | None = None
 
 
-def reward_config(cfg: PointwiseRLConfig, runtime: TrainingRuntimeConfig, work_dir: Path, seed: int = 0) -> RewardConfig:
+def reward_config(cfg: RewardModelSettings, runtime: TrainingRuntimeConfig, work_dir: Path, seed: int = 0) -> RewardConfig:
     """TRL's ``RewardConfig`` for the profile (bf16 / gradient checkpointing from ``runtime``)."""
     return RewardConfig(
         **common_trainer_args(work_dir, runtime, seed=seed, save_steps=cfg.save_steps),
-        max_steps=cfg.rm_max_steps,
-        learning_rate=cfg.rm_learning_rate,
-        per_device_train_batch_size=cfg.rm_batch_size,
-        warmup_steps=max(1, cfg.rm_max_steps // 20),
+        max_steps=cfg.max_steps,
+        learning_rate=cfg.learning_rate,
+        per_device_train_batch_size=cfg.batch_size,
+        warmup_steps=max(1, cfg.max_steps // 20),
         max_length=None,  # already cut from the left by tokenize_pairs; TRL would drop long pairs instead
-        logging_steps=max(1, min(10, cfg.rm_max_steps // 10)),
+        logging_steps=max(1, min(10, cfg.max_steps // 10)),
         eval_strategy="no",
     )
 
@@ -176,7 +163,7 @@ def reward_config(cfg: PointwiseRLConfig, runtime: TrainingRuntimeConfig, work_d
 def build_reward_trainer(
     model_dir: Path,
     train_pairs: list[PreferencePair],
-    cfg: PointwiseRLConfig,
+    cfg: RewardModelSettings,
     runtime: TrainingRuntimeConfig,
     work_dir: Path,
     seed: int = 0,
@@ -185,22 +172,20 @@ def build_reward_trainer(
     """A ``RewardTrainer`` over pre-tokenized pairs, ready to ``train()``."""
     apply_runtime(runtime)
     model, tokenizer = load_reward_model(model_dir)
-    trainer = RewardTrainer(
+    return RewardTrainer(
         model=model,
         args=reward_config(cfg, runtime, work_dir, seed),
-        train_dataset=tokenize_pairs(tokenizer, train_pairs, cfg.rm_max_length),
+        train_dataset=tokenize_pairs(tokenizer, train_pairs, cfg.max_length),
         processing_class=tokenizer,
         callbacks=[ForwardMetrics(log_metrics, prefix="rm_pointwise/")],
     )
-    trainer.remove_callback(PrinterCallback)
-    return trainer
 
 
 def train_reward_model(
     model_dir: Path,
     train_pairs: list[PreferencePair],
     eval_pairs: list[PreferencePair],
-    cfg: PointwiseRLConfig,
+    cfg: RewardModelSettings,
     runtime: TrainingRuntimeConfig,
     out_dir: Path,
     seed: int = 0,
@@ -211,34 +196,41 @@ def train_reward_model(
     Held-out pair accuracy is measured before (fresh head) and after training. A checkpoint left in the
     work dir by a killed run is resumed.
     """
-    start = time.monotonic()
-    out_dir = Path(out_dir)
-    work_dir = work_dir_for(out_dir)
-    work_dir.mkdir(parents=True, exist_ok=True)
-    trainer = build_reward_trainer(model_dir, train_pairs, cfg, runtime, work_dir, seed, log_metrics)
+    run = ResumableTraining(out_dir, runtime)
+    trainer = build_reward_trainer(model_dir, train_pairs, cfg, runtime, run.work_dir, seed, log_metrics)
     tokenizer = trainer.processing_class
-    before = accuracy_by_source(trainer.model, tokenizer, eval_pairs, cfg.rm_max_length)
-    resume = find_resume_checkpoint(work_dir)
+    before = accuracy_by_source(trainer.model, tokenizer, eval_pairs, cfg.max_length)
     logger.info("rm-pointwise: %d train pairs, held-out accuracy %s before", len(train_pairs), _fmt(before))
-    trainer.train(resume_from_checkpoint=resume)
-    after = accuracy_by_source(trainer.model, tokenizer, eval_pairs, cfg.rm_max_length)
+    run.train(trainer, "rm-pointwise")
+    after = accuracy_by_source(trainer.model, tokenizer, eval_pairs, cfg.max_length)
     logger.info("rm-pointwise: %d steps, held-out accuracy %s after", trainer.state.global_step, _fmt(after))
-    save_atomically(trainer.model, tokenizer, out_dir)
-    shutil.rmtree(work_dir, ignore_errors=True)
+    run.finish(trainer.model, tokenizer)
     curve = [(int(r["step"]), float(r["loss"])) for r in trainer.state.log_history if "loss" in r]
     return RewardModelResult(
-        out_dir=out_dir,
+        out_dir=run.out_dir,
         accuracy_before=before["all"],
         accuracy_after=after["all"],
         by_source_before=before,
         by_source_after=after,
         train_curve=curve,
         steps=trainer.state.global_step,
-        seconds=time.monotonic() - start,
+        seconds=run.seconds,
         train_pairs=len(train_pairs),
         eval_pairs=len(eval_pairs),
-        resumed_from_step=int(Path(resume).name.split("-")[-1]) if resume else None,
+        resumed_from_step=run.resumed_from_step,
     )
+
+
+def heldout_metrics(result: RewardModelResult, short_names: dict[str, str]) -> dict[str, float]:
+    """The RM's figures as flat metrics: held-out accuracy after and before training, overall and per pair source
+    (``short_names`` maps a source to its metric suffix, e.g. HH-RLHF's file → ``hh``), and the pair counts."""
+    metrics = {"heldout_pair_accuracy": result.accuracy_after, "heldout_pair_accuracy_before": result.accuracy_before,
+               "train_pairs": result.train_pairs, "heldout_pairs": result.eval_pairs}
+    for source, name in short_names.items():
+        if source in result.by_source_after:
+            metrics[f"heldout_pair_accuracy_{name}"] = result.by_source_after[source]
+            metrics[f"heldout_pair_accuracy_{name}_before"] = result.by_source_before[source]
+    return metrics
 
 
 def _fmt(by_source: dict[str, float]) -> str:

@@ -16,10 +16,8 @@ training, so tests can inspect a collated batch.
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,6 @@ from typing import Any
 import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
-from transformers.trainer_callback import PrinterCallback
 from trl import SFTConfig as TRLSFTConfig
 from trl import SFTTrainer
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
@@ -37,18 +34,13 @@ from forge.data.schemas import ChatSample
 from forge.training.checkpoints import (
     ForwardMetrics,
     MetricsLogger,
+    ResumableTraining,
     apply_runtime,
     common_trainer_args,
-    find_resume_checkpoint,
-    save_atomically,
-    work_dir_for,
 )
 from forge.training.tokenizer import encode_chat
 
 logger = logging.getLogger(__name__)
-
-STATE_FILE = "forge_sft.json"
-
 
 def tokenize_rows(tokenizer: PreTrainedTokenizerBase, rows: list[ChatSample], max_length: int) -> Dataset:
     """Encode conversations into a ``datasets.Dataset`` with ``input_ids`` and ``completion_mask`` columns.
@@ -160,7 +152,6 @@ def build_sft_trainer(
     if sft.packing:
         pad = tokenizer.pad_token_id
         trainer.data_collator = CountingCollator(pad, inner=PackedRowsCollator(pad))
-    trainer.remove_callback(PrinterCallback)
     return trainer
 
 
@@ -207,70 +198,31 @@ def run_sft_stage(
         Held-out chat loss before and after, the ``(step, train_loss)`` curve, steps, trained tokens (non-pad
         positions seen by this call), seconds, and the padding fraction of the training batches.
     """
-    start = time.monotonic()
-    out_dir = Path(out_dir)
-    work_dir = work_dir_for(out_dir)
-    work_dir.mkdir(parents=True, exist_ok=True)
-    trainer = build_sft_trainer(model_dir, train_rows, eval_rows, stage, sft, runtime, work_dir, log_metrics)
-
-    state_path = work_dir / STATE_FILE
-    resume = find_resume_checkpoint(work_dir)
-    if resume and state_path.exists():
-        before = json.loads(state_path.read_text())["eval_loss_before"]
-    else:
-        before = _evaluate(trainer)
-        state_path.write_text(json.dumps({"eval_loss_before": before}))
-    if resume:
-        logger.info("sft %s: resuming from %s", stage.name, resume)
+    run = ResumableTraining(out_dir, runtime)
+    trainer = build_sft_trainer(model_dir, train_rows, eval_rows, stage, sft, runtime, run.work_dir, log_metrics)
+    before = run.once("eval_loss_before", lambda: _evaluate(trainer))
     logger.info("sft %s: %d train rows, held-out loss %.4f before", stage.name, len(trainer.train_dataset), before)
-
-    trainer.train(resume_from_checkpoint=resume)
+    run.train(trainer, f"sft {stage.name}")
     after = _evaluate(trainer)
     logger.info("sft %s: %d steps, held-out loss %.4f after", stage.name, trainer.state.global_step, after)
-    save_atomically(trainer.model, trainer.processing_class, out_dir)
-    shutil.rmtree(work_dir, ignore_errors=True)
+    run.finish(trainer.model, trainer.processing_class)
 
     collator: CountingCollator = trainer.data_collator
     curve = [(int(r["step"]), float(r["loss"])) for r in trainer.state.log_history if "loss" in r]
     return SFTStageResult(
         stage=stage.name,
-        out_dir=out_dir,
+        out_dir=run.out_dir,
         eval_loss_before=before,
         eval_loss_after=after,
         train_curve=curve,
         steps=trainer.state.global_step,
         tokens=collator.real_tokens,
-        seconds=time.monotonic() - start,
+        seconds=run.seconds,
         padding_fraction=1.0 - collator.real_tokens / collator.positions if collator.positions else 0.0,
-        resumed_from_step=int(Path(resume).name.split("-")[-1]) if resume else None,
+        resumed_from_step=run.resumed_from_step,
         train_rows=len(trainer.train_dataset),
         eval_rows=len(trainer.eval_dataset),
     )
-
-
-def run_sft_curriculum(
-    base_dir: Path,
-    train_rows: list[ChatSample],
-    eval_rows: list[ChatSample],
-    sft: SFTConfig,
-    runtime: TrainingRuntimeConfig,
-    out_root: Path,
-    log_metrics: MetricsLogger | None = None,
-) -> list[SFTStageResult]:
-    """Run every curriculum stage in order, each from the previous stage's output (``out_root/<stage name>``).
-
-    A stage whose output already exists is not retrained (a rerun after a crash continues where it stopped).
-    """
-    results: list[SFTStageResult] = []
-    model_dir = Path(base_dir)
-    for stage in sft.curriculum:
-        out_dir = Path(out_root) / stage.name
-        if (out_dir / "config.json").exists():
-            logger.info("sft %s: %s exists, skipping", stage.name, out_dir)
-        else:
-            results.append(run_sft_stage(model_dir, train_rows, eval_rows, stage, sft, runtime, out_dir, log_metrics))
-        model_dir = out_dir
-    return results
 
 
 def heldout_chat_loss(

@@ -8,7 +8,7 @@ from forge.config import BaseModelConfig, SFTConfig, SFTStageConfig, TrainingRun
 from forge.data.schemas import ChatSample, Message, ToolCall, ToolFunction, ToolSpec
 from forge.training.base_model import build_model
 from forge.training.checkpoints import save_atomically, work_dir_for
-from forge.training.sft import build_sft_trainer, run_sft_curriculum, run_sft_stage
+from forge.training.sft import build_sft_trainer, run_sft_stage
 from forge.training.tokenizer import encode_chat
 
 RUNTIME = TrainingRuntimeConfig()
@@ -130,9 +130,11 @@ def test_sft_curriculum_lowers_heldout_chat_loss(base_dir, rows, tmp_path):
         save_steps=10,
     )
     logged = []
-    results = run_sft_curriculum(
-        base_dir, rows[0], rows[1], sft, RUNTIME, tmp_path / "sft", lambda m, s: logged.append((m, s))
-    )
+    results, model_dir = [], base_dir
+    for stage in sft.curriculum:  # as flows/sft.py runs it: each stage from the previous stage's weights
+        results.append(run_sft_stage(model_dir, rows[0], rows[1], stage, sft, RUNTIME, tmp_path / "sft" / stage.name,
+                                     lambda m, s: logged.append((m, s))))
+        model_dir = results[-1].out_dir
     first, second = results
     assert first.eval_loss_after < 0.9 * first.eval_loss_before, first
     assert first.steps == 30 and first.tokens > 0 and 0 <= first.padding_fraction < 1
@@ -142,8 +144,6 @@ def test_sft_curriculum_lowers_heldout_chat_loss(base_dir, rows, tmp_path):
     assert (tmp_path / "sft" / "ctx-256" / "config.json").exists()
     assert not work_dir_for(tmp_path / "sft" / "ctx-128").exists()
     assert any("sft/ctx-128/loss" in m for m, _ in logged)
-    # Rerunning the curriculum retrains nothing that finished.
-    assert run_sft_curriculum(base_dir, rows[0], rows[1], sft, RUNTIME, tmp_path / "sft") == []
 
 
 def test_killed_sft_stage_resumes(base_dir, rows, tmp_path):

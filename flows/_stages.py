@@ -1,0 +1,135 @@
+"""One recipe run as its stages see it, passed explicitly from the recipe flow down to every stage.
+
+A :class:`RecipeRun` holds where the stages log (a :class:`registry.tracking.StageContext`: the MLflow run they
+nest under and the lineage tags) and the run summary that ``forge status`` prints. Flows call their tasks through
+:meth:`RecipeRun.stage`, by keyword, with the typed results of earlier stages (``forge/stages.py``):
+
+    with RecipeRun.start(profile="tiny", flow_run_id=id, workspace=ws) as run:
+        with run.phase("sft", {DATA_MD5_TAG: mix.data_md5}) as sft:
+            ckpt = sft.stage("sft-1-ctx-256", sft_stage_task, stage=cfg.sft.curriculum[0], init=base, data=mix)
+
+The summary (``$FORGE_HOME/runs/latest.json`` and ``runs/<flow run id>.json``) records per stage its state,
+duration, MLflow run, registered version and headline metrics; it is rewritten atomically after every stage, so a
+killed run leaves an honest record of what had finished.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from forge.atomic import atomic_write_text
+from forge.stages import Checkpoint, StageResult
+from forge.workspace import Workspace
+from registry.tracking import (
+    FLOW_RUN_ID_TAG,
+    GIT_COMMIT_TAG,
+    PROFILE_TAG,
+    STAGE_TAG,
+    StageContext,
+    git_commit,
+    start_stage_run,
+)
+
+log = logging.getLogger("forge")
+
+
+class RunSummary:
+    """The record of one run that ``forge status`` reads, written after every change."""
+
+    def __init__(self, runs_dir: Path, flow_run_id: str, profile: str, mlflow_run_id: str | None):
+        self.path = runs_dir / "latest.json"
+        self.data: dict[str, Any] = {
+            "flow_run_id": flow_run_id,
+            "profile": profile,
+            "pid": os.getpid(),
+            "mlflow_run_id": mlflow_run_id,
+            "started": time.time(),
+            "state": "running",
+            "stages": {},
+        }
+        self.save()
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(self.data, indent=2, default=str)
+        atomic_write_text(self.path, text)
+        atomic_write_text(self.path.parent / f"{self.data['flow_run_id']}.json", text)
+
+    def stage(self, name: str, **fields: Any) -> None:
+        self.data["stages"].setdefault(name, {}).update(fields)
+        self.save()
+
+    def finish(self, state: str) -> None:
+        self.data.update(state=state, finished=time.time())
+        self.save()
+
+
+class RecipeRun:
+    """Where a run's stages log and what they report to; see the module docstring.
+
+    Args:
+        ctx: the MLflow parent run and lineage tags handed to every task that takes a ``ctx`` argument.
+        summary: the run summary; None for a flow run outside the recipe (the scheduled evaluation).
+    """
+
+    def __init__(self, ctx: StageContext, summary: RunSummary | None = None) -> None:
+        self.ctx = ctx
+        self.summary = summary
+
+    @classmethod
+    @contextmanager
+    def start(cls, *, profile: str, flow_run_id: str, workspace: Workspace) -> Iterator[RecipeRun]:
+        """The recipe's own MLflow run (every stage run nests under it) and its summary, finished either way."""
+        lineage = {GIT_COMMIT_TAG: git_commit(workspace.root), FLOW_RUN_ID_TAG: flow_run_id, PROFILE_TAG: profile}
+        with start_stage_run("recipe", tags=lineage) as mlflow_run:
+            summary = RunSummary(workspace.home / "runs", flow_run_id, profile, mlflow_run.info.run_id)
+            try:
+                yield cls(StageContext(parent_run_id=mlflow_run.info.run_id, tags=lineage), summary)
+            except BaseException:
+                summary.finish("failed")
+                raise
+            summary.finish("completed")
+
+    @contextmanager
+    def phase(self, name: str, tags: dict[str, str] | None = None) -> Iterator[RecipeRun]:
+        """A phase (sft, rl, ...): one MLflow run its stages nest under; ``tags`` (e.g. the data md5) go on the
+        phase's run and on every stage run and version inside it."""
+        with self.ctx.start_run(name, {STAGE_TAG: name, **(tags or {})}) as mlflow_run:
+            yield RecipeRun(self.ctx.nested(mlflow_run.info.run_id, tags), self.summary)
+
+    def stage(self, name: str, task: Any, **inputs: Any) -> Any:
+        """Run ``task`` as stage ``name`` with keyword ``inputs`` (plus this run's ``ctx`` when the task takes one):
+        record state, time and result in the summary, and recompute a cache hit whose files are gone."""
+        if "ctx" in inspect.signature(task.fn).parameters:
+            inputs["ctx"] = self.ctx
+        started = time.time()
+        self._record(name, state="running", started=started)
+        log.info("stage %s: started", name)
+        state = task(return_state=True, **inputs)
+        result = state.result()
+        cached = state.name == "Cached"
+        missing = result.missing() if isinstance(result, StageResult) else []
+        if cached and missing:
+            log.warning("stage %s: the cached result points at missing files (%s); recomputing", name, missing[0])
+            result, cached = task.with_options(refresh_cache=True)(return_state=True, **inputs).result(), False
+        seconds = time.time() - started
+        log.info("stage %s: %s in %.1f s", name, "cached" if cached else "done", seconds)
+        fields: dict[str, Any] = {"state": "cached" if cached else "completed", "seconds": round(seconds, 2)}
+        if isinstance(result, StageResult):
+            fields.update(run_id=result.run_id, metrics=result.metrics)
+        if isinstance(result, Checkpoint) and result.version:
+            fields["version"] = result.version
+        self._record(name, **fields)
+        return result
+
+    def _record(self, name: str, **fields: Any) -> None:
+        if self.summary is not None:
+            self.summary.stage(name, **fields)
