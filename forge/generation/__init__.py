@@ -15,7 +15,7 @@ import importlib
 import importlib.util
 from typing import Any
 
-from forge.generation.base import GenerationBackend, format_assistant_text
+from forge.generation.base import GenerationBackend
 
 BACKENDS: dict[str, str] = {
     "transformers": "forge.generation.transformers_backend:TransformersBackend",
@@ -57,4 +57,4 @@ def local_backend(backend: str, model_dir: str) -> GenerationBackend:
     return get_backend("vllm" if backend == "vllm" else "transformers", model=model_dir)
 
 
-__all__ = ["BACKENDS", "GenerationBackend", "format_assistant_text", "get_backend", "local_backend"]
+__all__ = ["BACKENDS", "GenerationBackend", "get_backend", "local_backend"]

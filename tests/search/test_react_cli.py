@@ -7,10 +7,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from forge.chat import format_assistant_text
 from forge.config import BaseModelConfig
 from forge.data.jsonl import read_jsonl
 from forge.data.schemas import ChatSample, SearchQA
-from forge.generation import format_assistant_text
 from forge.generation.transformers_backend import TransformersBackend
 from forge.search.agents import ReActAgent, parse_assistant
 from forge.search.critic import judge_trajectory
