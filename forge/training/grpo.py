@@ -30,6 +30,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 
+from forge.chat import completion_text, render_chat
 from forge.config import GenerationConfig, PairwiseRLConfig, PointwiseRLConfig, TrainingRuntimeConfig
 from forge.data.schemas import ChatSample
 from forge.training.checkpoints import (
@@ -41,7 +42,6 @@ from forge.training.checkpoints import (
     save_atomically,
     work_dir_for,
 )
-from forge.training.tokenizer import render_chat
 
 logger = logging.getLogger(__name__)
 
@@ -102,13 +102,6 @@ def build_rl_prompts(
 
 
 # --- rollout health metrics -----------------------------------------------------------------------------------
-
-
-def completion_text(completion: Any) -> str:
-    """Text of a TRL completion: a string, or a conversational ``[{"role": "assistant", "content": ...}]``."""
-    if isinstance(completion, str):
-        return completion
-    return "".join(m.get("content") or "" for m in completion if m.get("role", "assistant") == "assistant")
 
 
 def repetition_fraction(text: str, n: int = 4) -> float:

@@ -33,6 +33,7 @@ from datasets import Dataset
 from transformers import PreTrainedTokenizerBase, Trainer, TrainingArguments
 from transformers.trainer_callback import PrinterCallback
 
+from forge.chat import CONTROL_TOKENS, completion_text, render_chat
 from forge.config import PairwiseRLConfig, TrainingRuntimeConfig
 from forge.data.schemas import Message, PreferencePair
 from forge.generation.base import GenerationBackend
@@ -45,9 +46,8 @@ from forge.training.checkpoints import (
     save_atomically,
     work_dir_for,
 )
-from forge.training.grpo import RolloutStats, completion_text, repetition_fraction
+from forge.training.grpo import RolloutStats, repetition_fraction
 from forge.training.reward_model import load_reward_model, score_ids
-from forge.training.tokenizer import CONTROL_TOKENS, render_chat
 
 logger = logging.getLogger(__name__)
 
