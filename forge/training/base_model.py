@@ -25,6 +25,7 @@ from torch.utils.data import Dataset
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase, Trainer, TrainingArguments
 from transformers.trainer_callback import PrinterCallback
 
+from forge.chat import ENDOFTEXT
 from forge.config import BaseModelConfig, TrainingRuntimeConfig
 from forge.training.checkpoints import (
     ForwardMetrics,
@@ -36,7 +37,6 @@ from forge.training.checkpoints import (
     save_atomically,
     work_dir_for,
 )
-from forge.training.tokenizer import ENDOFTEXT
 
 logger = logging.getLogger(__name__)
 
