@@ -26,7 +26,7 @@ def build_pools_task(cfg: PoolsConfig, corpora_digest: str) -> dict[str, str]:
     return {name: str(path) for name, path in paths.items()}
 
 
-@cached_task(name="build-mix", modules=("forge.data.mix", "forge.data.jsonl", "forge.training.tokenizer"))
+@cached_task(name="build-mix", modules=("forge.data.mix", "forge.data.jsonl", "forge.chat"))
 def build_mix_task(
     cfg: MixConfig, pool_paths: dict[str, str], pools_digest: str, tokenizer_dir: str, heldout_rows: int,
     review: dict | None = None,
@@ -35,9 +35,9 @@ def build_mix_task(
     verdicts changed in the pools, recorded in the manifest)."""
     from transformers import AutoTokenizer
 
+    from forge.chat import count_chat_tokens
     from forge.config import DOMAINS
     from forge.data.mix import build_mix
-    from forge.training.tokenizer import count_chat_tokens
 
     ws = Workspace.from_env()
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)

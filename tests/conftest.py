@@ -55,6 +55,32 @@ def tokenizer(wiki_texts):
     return train_tokenizer(wiki_texts, TokenizerConfig(vocab_size=1024, max_training_chars=400_000))
 
 
+@pytest.fixture(scope="session")
+def tool_sample():
+    """Factory of one tool-use conversation: system, user, an assistant turn with reasoning, text and two tool
+    calls (trained only when ``first_turn_loss``), the two tool results, a final answer."""
+    from forge.data.schemas import ChatSample, Message, ToolCall, ToolFunction, ToolSpec
+
+    search = ToolSpec(function=ToolFunction(
+        name="search", description="Search the wiki.",
+        parameters={"type": "object", "properties": {"query": {"type": "string"}}}))
+    visit = ToolSpec(function=ToolFunction(name="visit", description="Open a page."))
+
+    def make(first_turn_loss: bool = False) -> ChatSample:
+        return ChatSample.build(domain="deep_search", source="test", tools=[search, visit], messages=[
+            Message(role="system", content="Be brief."),
+            Message(role="user", content="Who married Lothair II?"),
+            Message(role="assistant", reasoning="I should search.", content="Let me look.", loss=first_turn_loss,
+                    tool_calls=[ToolCall(name="search", arguments={"query": "Lothair II wife"}),
+                                ToolCall(name="visit", arguments={"page": "Teutberga"})]),
+            Message(role="tool", name="search", content="Teutberga was queen of Lotharingia."),
+            Message(role="tool", name="visit", content="Teutberga (died 875)."),
+            Message(role="assistant", content="Teutberga."),
+        ])
+
+    return make
+
+
 PG_URL = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"  # the server this machine and CI start
 
 

@@ -9,7 +9,8 @@ Stage 2: R = R_format + R_correctness, plus R_time only when PassRate = 1:
   reference class (HumanEval, MBPP).
 
 The problem of each completion comes from the dataset column ``problem_id`` (TRL passes extra columns as keyword
-arguments); completions may be plain strings or conversational ``[{"role": "assistant", "content": ...}]``.
+arguments); completions may be plain strings or conversational message lists, read by
+:func:`forge.chat.completion_text` (the last assistant message's content).
 
     from forge.code.rewards import make_code_reward
     reward = make_code_reward(stage=2)
@@ -18,11 +19,12 @@ arguments); completions may be plain strings or conversational ``[{"role": "assi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
 
+from forge.chat import completion_text
 from forge.code.complexity import judge_complexity, time_reward
 from forge.code.judge import build_program, judge_correctness
 from forge.code.problems import Problem, load_problems
@@ -44,15 +46,6 @@ class RewardParts:
 @cache
 def _default_problems() -> dict[str, Problem]:
     return {p.id: p for p in load_problems(("forge", "humaneval", "mbpp"))}
-
-
-def completion_text(completion) -> str:
-    """The text of a TRL completion: a string, or a list of chat messages (the last assistant turn)."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, Sequence) and completion and isinstance(completion[-1], dict):
-        return str(completion[-1].get("content", ""))
-    raise TypeError(f"unsupported completion type {type(completion).__name__}")
 
 
 def score_completion(

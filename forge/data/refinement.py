@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from forge.chat import messages_from_hf, parse_assistant_text
 from forge.data.schemas import ChatSample, Message, PreferencePair
 from forge.generation.base import GenerationBackend
 
@@ -71,11 +72,10 @@ def cot_prompt(history: Chat, final: str) -> Chat:
     ]
 
 
-def _strip_think(text: str) -> str:
-    """Drop a leading ``<think>…</think>`` block: only the visible answer is refined."""
-    if "</think>" in text:
-        return text.split("</think>", 1)[1].strip()
-    return text.strip()
+def visible_answer(text: str) -> str:
+    """The content of a generated turn, its reasoning dropped: only the visible answer is refined. The prompts
+    here offer no tools, so a ``<tool_call>`` block the model writes anyway stays part of the text."""
+    return parse_assistant_text(text, tool_names=()).content
 
 
 def refine_solutions(
@@ -94,12 +94,12 @@ def refine_solutions(
         critiques = backend.generate([critique_prompt(t.history, t.final) for t in traces], seed=seed + 2 * round_,
                                      **sampling)
         revisions = backend.generate(
-            [revision_prompt(t.history, t.final, _strip_think(c)) for t, c in zip(traces, critiques, strict=True)],
+            [revision_prompt(t.history, t.final, visible_answer(c)) for t, c in zip(traces, critiques, strict=True)],
             seed=seed + 2 * round_ + 1, **sampling,
         )
         for trace, critique, revision in zip(traces, critiques, revisions, strict=True):
-            trace.critiques.append(_strip_think(critique))
-            revision = _strip_think(revision)
+            trace.critiques.append(visible_answer(critique))
+            revision = visible_answer(revision)
             trace.revisions.append(revision)
             if revision:  # an empty revision keeps the answer it was meant to improve
                 trace.final = revision
@@ -114,7 +114,7 @@ def reconstruct_cot(
     outs = backend.generate([cot_prompt(t.history, t.final) for t in traces], max_new_tokens=max_new_tokens,
                             temperature=temperature, seed=seed)
     for trace, text in zip(traces, outs, strict=True):
-        trace.reasoning = _strip_think(text)
+        trace.reasoning = visible_answer(text)
     return traces
 
 
@@ -124,7 +124,7 @@ def refined_outputs(traces: list[RefinementTrace]) -> tuple[list[ChatSample], li
     for t in traces:
         if not t.final.strip():
             continue
-        history = [Message(role=m["role"], content=m["content"]) for m in t.history]
+        history = messages_from_hf(t.history)
         rows.append(ChatSample.build(
             domain=t.source.domain, source="solution-refinement", parents=[t.source.id],
             messages=[*history, Message(role="assistant", content=t.final, reasoning=t.reasoning or None)],

@@ -16,7 +16,7 @@ import importlib.util
 from typing import Any
 
 from forge.config import GenerationConfig
-from forge.generation.base import GenerationBackend, format_assistant_text
+from forge.generation.base import GenerationBackend
 
 BACKENDS: dict[str, str] = {
     "transformers": "forge.generation.transformers_backend:TransformersBackend",
@@ -72,5 +72,5 @@ def teacher_or_local(generation: GenerationConfig, model_dir: str) -> Generation
     return local_backend(generation, model_dir)
 
 
-__all__ = ["BACKENDS", "GenerationBackend", "format_assistant_text", "get_backend", "local_backend",
+__all__ = ["BACKENDS", "GenerationBackend", "get_backend", "local_backend",
            "teacher_or_local"]

@@ -3,12 +3,11 @@
 Synthesis, evaluation and the agent loop only ever see :class:`GenerationBackend`; which engine runs
 behind it is a config choice (``GenerationConfig.backend``). Every backend returns the assistant's text in
 Forge's chat format: reasoning inside ``<think>…</think>``, tool calls as ``<tool_call>`` JSON blocks
-(:func:`forge.training.tokenizer.parse_tool_calls` reads them back), control tokens stripped.
+(:func:`forge.chat.parse_assistant_text` reads them back), control tokens stripped.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any, Protocol, runtime_checkable
 
 Messages = list[dict[str, Any]]
@@ -81,31 +80,3 @@ class ChatTemplateBackend:
         return self.generate_text(  # type: ignore[attr-defined]
             texts, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed
         )
-
-
-def format_assistant_text(
-    content: str | None, reasoning: str | None = None, tool_calls: list[Any] | None = None
-) -> str:
-    """Render an assistant message given as parts (as OpenAI-compatible servers return it) in Forge's format.
-
-    The layout is the chat template's: ``<think>\\n…\\n</think>\\n\\n`` + content + one
-    ``\\n<tool_call>\\n{"name": …, "arguments": {…}}\\n</tool_call>`` per call.
-    """
-    text = f"<think>\n{reasoning}\n</think>\n\n" if reasoning else ""
-    text += content or ""
-    for i, call in enumerate(tool_calls or []):
-        fn = call.get("function", call) if isinstance(call, dict) else call
-        name = fn["name"] if isinstance(fn, dict) else fn.name
-        args = fn.get("arguments", {}) if isinstance(fn, dict) else fn.arguments
-        if isinstance(args, str):  # OpenAI sends arguments as a JSON string
-            try:
-                args = json.loads(args)
-            except json.JSONDecodeError:
-                pass  # keep the raw string: a malformed call stays visible to the caller's parser
-        if i or content:
-            text += "\n"
-        args_json = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-        text += (
-            f'<tool_call>\n{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": {args_json}}}\n</tool_call>'
-        )
-    return text

@@ -15,7 +15,8 @@ from typing import Any
 
 import httpx
 
-from forge.generation.base import Messages, format_assistant_text
+from forge.chat import format_assistant_text
+from forge.generation.base import Messages
 
 
 class OpenAIBackend:

@@ -12,32 +12,29 @@ points at a vLLM server), and lets tests exercise :class:`OpenAIBackend` against
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from forge.chat import parse_assistant_text
 from forge.generation.base import GenerationBackend
-from forge.training.tokenizer import parse_tool_calls
-
-_THINK = re.compile(r"^\s*<think>\n?(.*?)\n?</think>\s*", re.DOTALL)
-_CALLS = re.compile(r"\s*<tool_call>.*?</tool_call>", re.DOTALL)
 
 
-def split_assistant_text(text: str) -> tuple[str | None, str, list[dict[str, Any]]]:
-    """Split generated assistant text into (reasoning, content, OpenAI ``tool_calls``)."""
-    reasoning = None
-    match = _THINK.match(text)
-    if match:
-        reasoning, text = match.group(1), text[match.end() :]
-    calls = [
-        {"id": f"call_{i}", "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
-        for i, c in enumerate(parse_tool_calls(text))
-    ]
-    content = _CALLS.sub("", text).strip() if calls else text
-    return reasoning, content, calls
+def assistant_message(text: str) -> dict[str, Any]:
+    """The OpenAI ``message`` of generated assistant text: ``content``, ``reasoning_content`` when it reasoned,
+    ``tool_calls`` (arguments JSON-encoded, as OpenAI sends them) when it called tools."""
+    content, reasoning, calls = parse_assistant_text(text)
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if reasoning is not None:
+        message["reasoning_content"] = reasoning
+    if calls:
+        message["tool_calls"] = [
+            {"id": f"call_{i}", "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+            for i, c in enumerate(calls)
+        ]
+    return message
 
 
 def make_server(
@@ -77,13 +74,9 @@ def make_server(
                 if route == "/v1/chat/completions":
                     with lock:
                         text = backend.generate([req["messages"]], tools=req.get("tools"), **sampling)[0]
-                    reasoning, content, calls = split_assistant_text(text)
-                    message: dict[str, Any] = {"role": "assistant", "content": content}
-                    if reasoning is not None:
-                        message["reasoning_content"] = reasoning
-                    if calls:
-                        message["tool_calls"] = calls
-                    choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}
+                    message = assistant_message(text)
+                    finish = "tool_calls" if "tool_calls" in message else "stop"
+                    choice = {"index": 0, "message": message, "finish_reason": finish}
                     kind = "chat.completion"
                 elif route == "/v1/completions":
                     with lock:

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from forge.chat import ENDOFTEXT, IM_END
 from forge.generation.base import ChatTemplateBackend
-from forge.training.tokenizer import ENDOFTEXT, IM_END
 
 
 class TransformersBackend(ChatTemplateBackend):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from forge.chat import IM_END
 from forge.generation.base import ChatTemplateBackend
 
 INSTALL_HINT = "the 'vllm' backend needs vLLM: install the GPU extra (pip install -e '.[gpu]') on a CUDA machine"
@@ -52,7 +53,7 @@ class VLLMBackend(ChatTemplateBackend):
     def _params(self, max_new_tokens: int, temperature: float, top_p: float, seed: int):
         stop_ids = [
             i
-            for i in (self.tokenizer.convert_tokens_to_ids("<|im_end|>"), self.tokenizer.eos_token_id)
+            for i in (self.tokenizer.convert_tokens_to_ids(IM_END), self.tokenizer.eos_token_id)
             if isinstance(i, int) and i >= 0
         ]
         return self._sampling_params(

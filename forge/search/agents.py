@@ -10,7 +10,7 @@ tools alone — the gold path is never consulted:
   bare relation) before going on;
 - :class:`NoisyAgent` is the planner plus malformed, redundant and wrong calls.
 :class:`ReActAgent` drives a policy model through a generation backend: it generates, the tool calls are parsed
-with :func:`forge.training.tokenizer.parse_tool_calls`, run, and fed back until an answer or the turn limit.
+with :func:`forge.chat.parse_assistant_text`, run, and fed back until an answer or the turn limit.
 
     traj = PlannerAgent().run(qa, tools)          # SearchTrajectory
 """
@@ -18,17 +18,14 @@ with :func:`forge.training.tokenizer.parse_tool_calls`, run, and fed back until 
 from __future__ import annotations
 
 import random
-import re
 from typing import Any
 
+from forge.chat import messages_to_hf, parse_assistant_text
 from forge.data.corpora import DATE_ATTRS
 from forge.data.schemas import Message, SearchQA, SearchTrajectory, ToolCall
 from forge.search.critic import normalize_answer
 from forge.search.tools import SPECS_BY_NAME, SearchTools, dumps_call, parse_results
 from forge.search.walks import Condition
-
-_THINK = re.compile(r"<think>\s*(.*?)\s*</think>", re.DOTALL)
-_CALL_BLOCK = re.compile(r"<tool_call>.*?</tool_call>", re.DOTALL)
 
 
 class Episode:
@@ -275,34 +272,15 @@ SCRIPTED_AGENTS: dict[str, type[PlannerAgent]] = {"planner": PlannerAgent, "gree
 # --- the policy as a ReAct agent ----------------------------------------------------------------------------
 
 
-def hf_messages(messages: list[Message]) -> list[dict[str, Any]]:
-    out = []
-    for m in messages:
-        d: dict[str, Any] = {"role": m.role, "content": m.content}
-        if m.reasoning:
-            d["reasoning_content"] = m.reasoning
-        if m.tool_calls:
-            d["tool_calls"] = [{"type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                               for c in m.tool_calls]
-        out.append(d)
-    return out
-
-
 def parse_assistant(text: str) -> Message:
-    """Generated text → an assistant message: reasoning, content and (known-tool) calls.
+    """Generated text → an assistant message: reasoning, content and at most one (known-tool) call.
 
-    Calls to tools that do not exist are dropped from ``tool_calls`` (the content keeps the text), so the
-    critic sees a turn with no valid action."""
-    from forge.training.tokenizer import parse_tool_calls
-
-    think = _THINK.search(text)
-    reasoning = think.group(1).strip() if think else None
-    body = _THINK.sub("", text)
-    calls = [c for c in parse_tool_calls(body) if c.name in SPECS_BY_NAME][:1]
-    content = _CALL_BLOCK.sub("", body).strip() if calls else body.strip()
+    Calls to tools that do not exist are not taken as calls (the content keeps their text), so the critic sees
+    a turn with no valid action; the episode runs one call per turn, so calls after the first are dropped."""
+    content, reasoning, calls = parse_assistant_text(text, tool_names=SPECS_BY_NAME)
     if not (content or calls or reasoning):
         content = "(empty)"
-    return Message(role="assistant", reasoning=reasoning or None, content=content, tool_calls=calls)
+    return Message(role="assistant", reasoning=reasoning, content=content, tool_calls=calls[:1])
 
 
 class ReActAgent:
@@ -322,7 +300,7 @@ class ReActAgent:
         for _ in range(self.max_turns):
             if not active:
                 break
-            texts = self.backend.generate([hf_messages(episodes[i].messages) for i in active], tools=specs,
+            texts = self.backend.generate([messages_to_hf(episodes[i].messages) for i in active], tools=specs,
                                           max_new_tokens=self.max_new_tokens, temperature=self.temperature)
             still = []
             for i, text in zip(active, texts, strict=True):

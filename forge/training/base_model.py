@@ -21,6 +21,7 @@ import torch
 from torch.utils.data import Dataset
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase, Trainer, TrainingArguments
 
+from forge.chat import ENDOFTEXT
 from forge.config import BaseModelConfig, TrainingRuntimeConfig
 from forge.training.checkpoints import (
     ForwardMetrics,
@@ -29,7 +30,6 @@ from forge.training.checkpoints import (
     common_trainer_args,
     loss_curve,
 )
-from forge.training.tokenizer import ENDOFTEXT
 
 logger = logging.getLogger(__name__)
 

@@ -26,6 +26,7 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
+from forge.chat import completion_text
 from forge.config import GenerationConfig, GRPOSettings, TrainingRuntimeConfig
 from forge.training.checkpoints import ForwardMetrics, MetricsLogger, ResumableTraining, common_trainer_args
 from forge.training.pairs import repetition_fraction
@@ -38,11 +39,6 @@ Chat = list[dict[str, Any]]
 # --- rollout health metrics -----------------------------------------------------------------------------------
 
 
-def completion_text(completion: Any) -> str:
-    """Text of a TRL completion: a string, or a conversational ``[{"role": "assistant", "content": ...}]``."""
-    if isinstance(completion, str):
-        return completion
-    return "".join(m.get("content") or "" for m in completion if m.get("role", "assistant") == "assistant")
 
 
 def is_repetitive(text: str, threshold: float = 0.3) -> bool:

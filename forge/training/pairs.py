@@ -25,8 +25,8 @@ from typing import Any, TypeVar
 
 from transformers import PreTrainedTokenizerBase
 
-from forge.data.schemas import ChatSample, Message, PreferencePair
-from forge.training.tokenizer import CONTROL_TOKENS, render_chat
+from forge.chat import CONTROL_TOKENS, messages_from_hf, messages_to_hf, render_chat
+from forge.data.schemas import ChatSample, PreferencePair
 
 Chat = list[dict[str, Any]]
 T = TypeVar("T")
@@ -47,7 +47,7 @@ def prompt_and_reference(sample: ChatSample) -> tuple[Chat, str] | None:
     last = sample.messages[-1]
     if last.role != "assistant" or not last.content or not last.loss:
         return None
-    history = [{"role": m.role, "content": m.content} for m in sample.messages[:-1]]
+    history = messages_to_hf(sample.messages[:-1])
     if not history or history[-1]["role"] != "user":
         return None
     return history, last.content
@@ -224,7 +224,7 @@ def to_preference_pairs(pairs: list[StrongWeakPair], source: str = FORGE_PAIR_SO
         if p.strong.strip() and p.weak.strip() and p.strong != p.weak:
             out.append(PreferencePair.build(
                 source=source, domain=p.domain, chosen=p.strong, rejected=p.weak,
-                prompt=[Message(role=m["role"], content=m["content"]) for m in p.history],
+                prompt=messages_from_hf(p.history),
             ))
     return out
 

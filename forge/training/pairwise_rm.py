@@ -28,12 +28,12 @@ import torch.nn.functional as F
 from datasets import Dataset
 from transformers import PreTrainedTokenizerBase, Trainer, TrainingArguments
 
+from forge.chat import completion_text, render_chat
 from forge.config import PairwiseRLConfig, RewardModelSettings, TrainingRuntimeConfig
 from forge.training.checkpoints import ForwardMetrics, MetricsLogger, ResumableTraining, common_trainer_args
-from forge.training.grpo import RolloutStats, completion_text
+from forge.training.grpo import RolloutStats
 from forge.training.pairs import StrongWeakPair
 from forge.training.reward_model import load_reward_model, score_ids
-from forge.training.tokenizer import render_chat
 
 logger = logging.getLogger(__name__)
 

@@ -27,8 +27,9 @@ from datasets import Dataset
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedTokenizerBase
 from trl import RewardConfig, RewardTrainer
 
+from forge.chat import messages_to_hf, render_chat
 from forge.config import RewardModelSettings, TrainingRuntimeConfig
-from forge.data.schemas import Message, PreferencePair
+from forge.data.schemas import PreferencePair
 from forge.training.checkpoints import (
     ForwardMetrics,
     MetricsLogger,
@@ -36,22 +37,10 @@ from forge.training.checkpoints import (
     apply_runtime,
     common_trainer_args,
 )
-from forge.training.tokenizer import render_chat
 
 logger = logging.getLogger(__name__)
 
 Chat = list[dict[str, Any]]
-
-
-def prompt_dicts(prompt: list[Message]) -> Chat:
-    """HF chat dicts of a pair's prompt (the history before the judged answer)."""
-    out: Chat = []
-    for m in prompt:
-        d: dict[str, Any] = {"role": m.role, "content": m.content}
-        if m.reasoning:
-            d["reasoning_content"] = m.reasoning
-        out.append(d)
-    return out
 
 
 def encode_scored_chat(tokenizer: PreTrainedTokenizerBase, history: Chat, answer: str, max_length: int) -> list[int]:
@@ -69,7 +58,7 @@ def tokenize_pairs(tokenizer: PreTrainedTokenizerBase, pairs: list[PreferencePai
     """``chosen_ids`` / ``rejected_ids`` columns for TRL's ``RewardTrainer`` (pre-tokenized: it skips its own)."""
     chosen, rejected = [], []
     for pair in pairs:
-        history = prompt_dicts(pair.prompt)
+        history = messages_to_hf(pair.prompt)
         chosen.append(encode_scored_chat(tokenizer, history, pair.chosen, max_length))
         rejected.append(encode_scored_chat(tokenizer, history, pair.rejected, max_length))
     return Dataset.from_dict({"chosen_ids": chosen, "rejected_ids": rejected})

@@ -8,7 +8,7 @@ import pytest
 from forge.code.judge import extract_code, fence, judge_correctness, parses
 from forge.code.problems import forge_problems
 from forge.code.problems.public import humaneval_problems
-from forge.code.rewards import completion_text, make_code_reward
+from forge.code.rewards import make_code_reward
 from forge.code.sandbox import isolation_report
 
 FORGE = {p.id: p for p in forge_problems()}
@@ -86,11 +86,6 @@ def test_humaneval_body_continuation_and_full_function():
     p = HE["HumanEval/0"]
     assert judge_correctness(p, p.reference[len(p.prefix) :]).pass_rate == 1.0  # the body alone
     assert judge_correctness(p, fence(p.reference)).all_passed
-
-
-def test_completion_text_accepts_both_forms():
-    assert completion_text("abc") == "abc"
-    assert completion_text([{"role": "assistant", "content": "xyz"}]) == "xyz"
 
 
 @needs_sandbox

@@ -9,10 +9,10 @@ import pytest
 from forge.config import BaseModelConfig
 from forge.data.refinement import (
     RefinementTrace,
-    _strip_think,
     reconstruct_cot,
     refine_solutions,
     refined_outputs,
+    visible_answer,
 )
 from forge.data.schemas import ChatSample, Message
 from forge.generation import get_backend
@@ -86,10 +86,18 @@ def test_an_empty_revision_keeps_the_answer_it_was_meant_to_improve(tokenizer):
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("<think>why</think> The answer.", "The answer."), ("  plain  ", "plain"), ("<think>only</think>", "")],
+    [
+        ("<think>why</think> The answer.", "The answer."),
+        ("  plain  ", "plain"),
+        ("<think>only</think>", ""),
+        ("thinking the prompt opened</think>\n\nThe answer.", "The answer."),
+        # No tools are offered here, so a call block is part of the answer, not an action.
+        ('<think>x</think>Use <tool_call>{"name": "search", "arguments": {}}</tool_call>',
+         'Use <tool_call>{"name": "search", "arguments": {}}</tool_call>'),
+    ],
 )
 def test_only_the_visible_answer_is_refined(text, expected):
-    assert _strip_think(text) == expected
+    assert visible_answer(text) == expected
 
 
 def test_unchanged_answer_makes_no_pair():

@@ -5,13 +5,13 @@ import importlib.util
 
 import pytest
 
+from forge.chat import format_assistant_text, parse_assistant_text
 from forge.config import BaseModelConfig
 from forge.generation import get_backend
-from forge.generation.base import GenerationBackend, format_assistant_text
-from forge.generation.openai_server import make_server, split_assistant_text, start_in_thread
+from forge.generation.base import GenerationBackend
+from forge.generation.openai_server import assistant_message, make_server, start_in_thread
 from forge.generation.transformers_backend import TransformersBackend
 from forge.training.base_model import build_model
-from forge.training.tokenizer import parse_tool_calls
 
 PROMPTS = [
     [{"role": "user", "content": "Who was Teutberga?"}],
@@ -52,17 +52,20 @@ def test_sampling_is_seeded(backend):
     assert a == b and a != c
 
 
-def test_split_and_format_round_trip():
+def test_server_message_is_openai_shaped_and_renders_back():
     text = (
         "<think>\nlook it up\n</think>\n\nSearching.\n"
         '<tool_call>\n{"name": "search", "arguments": {"query": "Lucca"}}\n</tool_call>\n'
         '<tool_call>\n{"name": "visit", "arguments": {"page": "Lucca"}}\n</tool_call>'
     )
-    reasoning, content, calls = split_assistant_text(text)
-    assert (reasoning, content) == ("look it up", "Searching.")
-    assert [c["function"]["name"] for c in calls] == ["search", "visit"]
-    assert format_assistant_text(content, reasoning, calls) == text
-    assert parse_tool_calls(format_assistant_text(content, reasoning, calls))[0].arguments == {"query": "Lucca"}
+    message = assistant_message(text)
+    assert (message["reasoning_content"], message["content"]) == ("look it up", "Searching.")
+    assert message["tool_calls"][0] == {
+        "id": "call_0", "type": "function", "function": {"name": "search", "arguments": '{"query": "Lucca"}'}
+    }
+    # What OpenAIBackend does with a reply: the parts rendered back into Forge's text.
+    assert format_assistant_text(message["content"], message["reasoning_content"], message["tool_calls"]) == text
+    assert assistant_message("Hello.") == {"role": "assistant", "content": "Hello."}
 
 
 def test_openai_backend_against_local_server(backend):
@@ -74,11 +77,7 @@ def test_openai_backend_against_local_server(backend):
         remote = client.generate(PROMPTS, tools=TOOLS, max_new_tokens=20, temperature=0.0)
         local = backend.generate(PROMPTS, tools=TOOLS, max_new_tokens=20, temperature=0.0)
         # The server splits reasoning / content / tool calls into OpenAI fields; the client renders them back.
-        expected = []
-        for text in local:
-            reasoning, content, calls = split_assistant_text(text)
-            expected.append(format_assistant_text(content, reasoning, calls))
-        assert remote == expected
+        assert remote == [format_assistant_text(*parse_assistant_text(text)) for text in local]
         raw = ["Teutberga was a queen of", "The margrave"]
         assert client.generate_text(raw, max_new_tokens=12, temperature=0.0) == backend.generate_text(
             raw, max_new_tokens=12, temperature=0.0

@@ -7,10 +7,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from forge.chat import format_assistant_text
 from forge.config import BaseModelConfig
 from forge.data.jsonl import read_jsonl
 from forge.data.schemas import ChatSample, SearchQA, SearchTrajectory
-from forge.generation import format_assistant_text
 from forge.generation.transformers_backend import TransformersBackend
 from forge.search.agents import ReActAgent, parse_assistant
 from forge.search.critic import judge_trajectory
@@ -25,6 +25,11 @@ def test_parse_assistant_reads_the_backends_format():
     unknown = parse_assistant(format_assistant_text("hmm", None, [{"name": "browse", "arguments": {}}]))
     assert not unknown.tool_calls and "browse" in unknown.content  # kept as text: the critic sees no valid call
     assert parse_assistant("Paris").content == "Paris" and not parse_assistant("Paris").tool_calls
+    # One call per turn: the first known call is the action, the rest are dropped.
+    two = parse_assistant(format_assistant_text("", None, [{"name": "visit", "arguments": {"page": "Lucca"}},
+                                                        {"name": "search", "arguments": {"query": "Lucca"}}]))
+    assert [c.name for c in two.tool_calls] == ["visit"] and two.content == ""
+    assert parse_assistant("<think> </think>").content == "(empty)"
 
 
 def test_react_agent_drives_the_policy_through_the_backend(tokenizer, qas, tools):

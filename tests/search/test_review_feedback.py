@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from forge.chat import count_chat_tokens
 from forge.config import DeepSearchConfig, DomainShares, MixConfig
 from forge.data.jsonl import read_jsonl, write_jsonl
 from forge.data.mix import build_mix
@@ -13,7 +14,7 @@ from forge.data.schemas import ChatSample, Message
 from forge.review import open_store, record_trajectory_verdict, record_verdict, session_scope
 from forge.review.models import TurnRecord
 from forge.search.synthesize import merge_shards, run_agents
-from forge.training.tokenizer import count_chat_tokens, encode_chat
+from forge.training.tokenizer import encode_chat
 from forge.workspace import Workspace
 
 

@@ -15,7 +15,6 @@ from forge.training.checkpoints import save_atomically
 from forge.training.grpo import (
     PointwiseRMReward,
     build_rl_prompts,
-    completion_text,
     grpo_settings,
     is_overlong,
     repetition_fraction,
@@ -149,11 +148,6 @@ def test_repetition_fraction(text, expected):
 )
 def test_is_overlong(ids, limit, expected):
     assert is_overlong(ids, limit, [9]) is expected
-
-
-def test_completion_text_reads_both_shapes():
-    assert completion_text("plain") == "plain"
-    assert completion_text([{"role": "assistant", "content": "chat"}]) == "chat"
 
 
 def test_grpo_with_rm_reward_raises_mean_reward(hh, rm, base_dir, tokenizer, tmp_path):
