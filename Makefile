@@ -8,7 +8,7 @@ PROFILE ?= tiny
 # Some machines' pip.conf names local index folders that do not exist; pip warns once per package about them.
 PIP_QUIET := { grep -v "^WARNING: Location '.*' is ignored" || true; }
 
-# Offline and tidy (STACK.md): nothing reaches a hub, nothing phones home.
+# Offline and tidy (docs/stack.md): nothing reaches a hub, nothing phones home.
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1

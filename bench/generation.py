@@ -23,7 +23,7 @@ from forge.data import corpora as C
 from forge.data.pools import hh_chat
 from forge.generation.transformers_backend import TransformersBackend
 from forge.training.base_model import build_model
-from forge.training.grpo import prompt_and_reference
+from forge.training.pairs import prompt_and_reference
 from forge.training.tokenizer import train_tokenizer
 
 REPO = Path(__file__).resolve().parent.parent

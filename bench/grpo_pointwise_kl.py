@@ -23,9 +23,11 @@ from pathlib import Path
 from transformers import AutoTokenizer
 
 from forge.config import load_profile
-from forge.training.grpo import PointwiseRMReward, build_rl_prompts, grpo_settings, run_grpo
+from forge.data.mix import read_mix
+from forge.training.grpo import PointwiseRMReward, run_grpo
+from forge.training.pairs import build_rl_prompts
 from forge.training.reward_model import RewardScorer
-from tasks.rl import _heldout_loss, _mix_rows
+from forge.training.sft import heldout_chat_loss
 
 REPO = Path(__file__).resolve().parent.parent
 KEYS = ("reward", "rm_score", "overlong_rate", "completions/mean_length", "kl")
@@ -36,6 +38,12 @@ def _newest(pattern: str, home: Path) -> Path:
     if not found:
         raise SystemExit(f"no {pattern} under {home}: run `forge run --profile tiny` first or pass the path")
     return found[-1]
+
+
+def _heldout_loss(model_dir: Path, heldout, cfg) -> float:
+    """The SFT held-out chat loss, measured as the recipe's GRPO stages measure it (tasks/rl.py)."""
+    return heldout_chat_loss(model_dir, heldout, cfg.sft.curriculum[-1], cfg.sft, cfg.runtime,
+                             model_dir.parent / f".{model_dir.name}.eval")
 
 
 def main() -> None:
@@ -52,25 +60,25 @@ def main() -> None:
     sft_dir = args.sft or _newest(f"models/sft-{last}-*", args.home)
     rm_dir = args.rm or _newest("models/rm-pointwise-*", args.home)
     mix_dir = args.mix or REPO / "data" / "mixes" / cfg.mix.name
-    train_rows, heldout = _mix_rows(str(mix_dir))
+    train_rows, heldout = read_mix(mix_dir)
     tokenizer = AutoTokenizer.from_pretrained(sft_dir)
-    base = cfg.pointwise_rl
-    prompts = build_rl_prompts(train_rows, tokenizer, max_prompts=base.max_prompts,
-                               max_prompt_tokens=base.max_prompt_length, seed=cfg.seed)
-    loss_before = _heldout_loss(sft_dir, heldout, cfg.sft, cfg.runtime)
+    pw = cfg.pointwise_rl
+    prompts = build_rl_prompts(train_rows, tokenizer, max_prompts=pw.grpo.max_prompts,
+                               max_prompt_tokens=pw.grpo.max_prompt_length, seed=cfg.seed)
+    loss_before = _heldout_loss(sft_dir, heldout, cfg)
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for beta in args.betas:
-            pw = base.model_copy(update={"beta": beta})
-            reward = PointwiseRMReward(RewardScorer(rm_dir, max_length=pw.rm_max_length), pw.max_completion_length,
+            grpo = pw.grpo.model_copy(update={"beta": beta})
+            reward = PointwiseRMReward(RewardScorer(rm_dir, max_length=pw.rm.max_length), grpo.max_completion_length,
                                        [tokenizer.eos_token_id], pw.overlong_penalty)
             out = Path(tmp) / f"beta-{beta}"
             start = time.monotonic()
-            res = run_grpo(sft_dir, prompts, [reward], grpo_settings(pw, cfg.seed), cfg.runtime, out,
+            res = run_grpo(sft_dir, prompts, [reward], grpo, cfg.runtime, out, seed=cfg.seed,
                            generation=cfg.generation)
             seconds = time.monotonic() - start
             row = {"beta": beta, "seconds": round(seconds, 1),
-                   "sft_heldout_loss_after": round(_heldout_loss(out, heldout, cfg.sft, cfg.runtime), 4)}
+                   "sft_heldout_loss_after": round(_heldout_loss(out, heldout, cfg), 4)}
             for key in KEYS:
                 if res.series(key)[1]:
                     row[key] = {"first20": round(res.window_mean(key, 0.0, 0.2), 4),
@@ -83,8 +91,9 @@ def main() -> None:
         "command": f"python bench/grpo_pointwise_kl.py --betas {' '.join(map(str, args.betas))}",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "sft_checkpoint": sft_dir.name, "reward_model": rm_dir.name,
-        "settings": base.model_dump(include={"learning_rate", "max_steps", "per_device_batch_size", "num_generations",
-                                             "max_completion_length", "overlong_penalty", "temperature"}),
+        "settings": {**pw.grpo.model_dump(include={"learning_rate", "max_steps", "per_device_batch_size",
+                                                   "num_generations", "max_completion_length", "temperature"}),
+                     "overlong_penalty": pw.overlong_penalty},
         "sft_heldout_loss_before": round(loss_before, 4),
         "runs": runs,
     }

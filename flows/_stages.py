@@ -110,6 +110,7 @@ class RecipeRun:
         record state, time and result in the summary, and recompute a cache hit whose files are gone."""
         if "ctx" in inspect.signature(task.fn).parameters:
             inputs["ctx"] = self.ctx
+        task = task.with_options(task_run_name=name)  # the Prefect UI names the run after the stage
         started = time.time()
         self._record(name, state="running", started=started)
         log.info("stage %s: started", name)

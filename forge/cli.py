@@ -1,6 +1,7 @@
 """The `forge` command.
 
     forge run --profile tiny        the whole recipe (embedded Prefect, MLflow, DVC under .forge/)
+    forge run --set pointwise_rl.grpo.beta=0.1      the same with one profile field overridden
     forge status                    stages of the latest run: state, duration, MLflow run, registered version
     forge ui                        Prefect UI and MLflow UI on 127.0.0.1
     forge promote / forge rollback  move `champion` through the promotion gate, or back
@@ -18,8 +19,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -53,9 +54,24 @@ def _setup_logging(verbose: bool = False) -> None:
     hf_logging.set_verbosity_error()
 
 
+def _overrides(pairs: list[str]) -> dict:
+    """``KEY=VALUE`` pairs (VALUE read as YAML: numbers, booleans, lists) as a dotted-key overrides mapping."""
+    import yaml
+
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{pair!r}: expected KEY=VALUE, e.g. pointwise_rl.grpo.beta=0.1",
+                                     param_hint="--set")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
 @app.command()
 def run(
     profile: str = typer.Option("tiny", help="configs/<profile>.yaml or a path to a YAML profile."),
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override a profile field: KEY=VALUE.")] = None,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run the whole recipe; finished stages are taken from the cache (a killed run resumes)."""
@@ -63,23 +79,21 @@ def run(
     _setup_logging(verbose)
     from forge.config import ConfigError, load_profile
 
+    overrides = _overrides(set_ or [])
     try:
-        cfg = load_profile(profile)
+        load_profile(profile, overrides)
     except ConfigError as err:
-        console.print(f"[red]invalid profile[/red]\n{err}")
+        console.print("[red]invalid profile[/red]")
+        console.print(str(err), markup=False, highlight=False)
         raise typer.Exit(2) from None
     from flows.recipe import recipe
 
-    started = time.time()
-    result = recipe(profile=cfg.profile, config=cfg)
-    _print_stages(result["stages"])
+    result = recipe(profile=profile, overrides=overrides or None)
+    _print_stages(result.stages)
     console.print(
-        f"policy version {result['policy_version']} · data md5 {result['data_md5']} · "
-        f"promotion: {result['release']['outcome']} · "
-        f"{time.time() - started:.1f} s"
+        f"policy {result.policy.ref} · data md5 {result.data.data_md5} · promotion: {result.release.outcome} · "
+        f"{result.seconds:.1f} s"
     )
-    for key, value in result["metrics"].items():
-        console.print(f"  {key} = {value:.4f}")
 
 
 def _print_stages(stages: dict) -> None:
@@ -87,14 +101,21 @@ def _print_stages(stages: dict) -> None:
     for col in ("stage", "state", "seconds", "MLflow run", "version"):
         table.add_column(col)
     for name, st in stages.items():
-        table.add_row(
-            name,
-            st.get("state", "?"),
-            f"{st.get('seconds', 0):.1f}",
-            str(st.get("run_id", "") or "")[:12],
-            str(st.get("version", "") or ""),
-        )
+        table.add_row(name, st.get("state", "?"), f"{st.get('seconds', 0):.1f}", str(st.get("run_id", "") or "")[:12],
+                      str(st.get("version", "") or ""))
     console.print(table)
+    figures = Table(title="stage metrics (all of them: forge status --json, or the stage's MLflow run)")
+    figures.add_column("stage", no_wrap=True)
+    figures.add_column("metrics")
+    for name, st in stages.items():
+        if st.get("metrics"):
+            shown = list(st["metrics"].items())[:MAX_METRICS_SHOWN]
+            figures.add_row(name, " · ".join(f"{k} {v:.4g}" for k, v in shown))
+    if figures.row_count:
+        console.print(figures)
+
+
+MAX_METRICS_SHOWN = 6  # per stage in the table; `forge status --json` and MLflow have every one
 
 
 def _alive(pid: int) -> bool:

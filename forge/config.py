@@ -226,8 +226,8 @@ class PairwiseRLConfig(Strict):
 
 
 class CodeRLConfig(Strict):
-    """§2.3.2: on-policy filtering with n = 8 rollouts, keep problems with k in [1, 5] (read by tasks/code.py's
-    filter, which the code RL stages will call)."""
+    """§2.3.2: on-policy filtering with n = 8 rollouts, keep problems with k in [1, 5]. Read by tasks/code.py's
+    filter; not a profile section until the code RL stages run in the recipe (docs/architecture.md)."""
 
     num_rollouts: int = Field(8, ge=1, description="n rollouts per problem (§2.3.2).")
     keep_k_min: int = Field(1, ge=0, description="Smallest k of n kept (§2.3.2: 1).")
@@ -313,7 +313,8 @@ class CodeSuiteConfig(Strict):
 
 
 class CodeDataConfig(Strict):
-    """§2.3.2 code data: SFT candidates judged correct + time-optimal, RL problems filtered by k of n."""
+    """§2.3.2 code data: SFT candidates judged correct + time-optimal, RL problems filtered by k of n. Read by
+    tasks/code.py; not a profile section until the code RL stages run in the recipe (docs/architecture.md)."""
 
     sources: list[str] = Field(["forge"], description="Problem sources: forge, humaneval, mbpp.")
     limit: int | None = Field(None, ge=1, description="First N problems per source (None = all).")
@@ -387,8 +388,6 @@ class RecipeConfig(Strict):
     pointwise_rl: PointwiseRLConfig = PointwiseRLConfig()
     pairwise_rl: PairwiseRLConfig = PairwiseRLConfig()
     refinement: RefinementConfig = RefinementConfig()
-    code_rl: CodeRLConfig = CodeRLConfig()
-    code_data: CodeDataConfig = CodeDataConfig()
     deep_search: DeepSearchConfig = DeepSearchConfig()
     generation: GenerationConfig = GenerationConfig()
     runtime: TrainingRuntimeConfig = TrainingRuntimeConfig()

@@ -21,11 +21,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class StageResult(BaseModel):
-    """What every stage result carries: its MLflow run (when it logged one) and its headline metrics."""
+    """What every stage result carries: its MLflow run (when it logged one) and its headline metrics.
+
+    ``run_id`` is bookkeeping, not part of the result's value: it is left out of ``model_dump`` and so of the cache
+    keys of the stages that read the result (an uncached stage such as ``version-data`` logs a new MLflow run on
+    every recipe run, and that must not make every later stage recompute)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    run_id: str | None = Field(None, description="The stage's MLflow run; None when it logged none.")
+    run_id: str | None = Field(None, exclude=True, description="The stage's MLflow run; None when it logged none.")
     metrics: dict[str, float] = Field(default_factory=dict, description="Figures a person looks at first.")
 
     def paths(self) -> list[str]:
@@ -68,9 +72,24 @@ class Base(Checkpoint):
 
     tokenizer_dir: str
 
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer alone: what the data stage keys its cache on, so re-training the base keeps the mix."""
+        return Tokenizer(tokenizer_dir=self.tokenizer_dir)
+
 
 class RewardModel(Checkpoint):
     """A frozen reward model (point-wise §2.1.2 or pair-wise §2.1.3) that a GRPO stage scores rollouts with."""
+
+
+class Mix(StageResult):
+    """The SFT mix as written (shards, held-out rows, manifest), before DVC versions it."""
+
+    mix_dir: str
+    manifest: dict[str, Any] = Field(default_factory=dict, description="The mix's manifest.json.")
+
+    def paths(self) -> list[str]:
+        return [self.mix_dir]
 
 
 class DataMix(StageResult):

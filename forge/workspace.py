@@ -15,7 +15,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-# Nothing reaches a model hub or phones home (STACK.md, "Offline and tidy").
+# Nothing reaches a model hub or phones home (docs/stack.md, "Offline and tidy").
 OFFLINE_ENV = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",

@@ -1,4 +1,4 @@
-"""The promotion gate: a pure decision over eval metrics, and the thin adapter that moves registry aliases.
+"""The promotion gate: a pure decision over the profile's declared metrics, and the thin adapter that moves aliases.
 
     from registry.promotion import decide_promotion, promote, rollback
     decision = promote(client, "forge-policy", cfg.promotion)      # candidate alias vs champion alias
@@ -43,34 +43,35 @@ class Decision:
 def decide_promotion(
     candidate: dict[str, float], champion: dict[str, float] | None, policy: PromotionConfig
 ) -> Decision:
-    """Promote when there is no champion, or when on every metric the champion has the candidate is not worse
-    than it by more than the metric's tolerance (``policy.tolerance[m]`` or ``policy.default_tolerance``).
-    Higher is better unless the metric is in ``policy.lower_is_better``. A metric the champion has and the
-    candidate lacks (or has as NaN) refuses the promotion: an eval that did not run is not a pass."""
+    """Compare the metrics the profile declares (``policy.metrics``: name → direction, tolerance), nothing else.
+
+    Promote when there is no champion, or when on every declared metric the candidate is not worse than the
+    champion by more than that metric's tolerance. A declared metric the candidate lacks (or has as NaN) refuses
+    the promotion: an eval that did not run is not a pass. A declared metric the champion lacks is not compared.
+    Metrics a version carries without being declared (a stage's own diagnostics, an eval the profile does not gate
+    on) neither block nor pass a candidate; the reasons list them as ignored.
+    """
+    ignored = sorted((set(candidate) | set(champion or {})) - set(policy.metrics))
+    note = [f"ignored (not declared in promotion.metrics): {', '.join(ignored)}"] if ignored else []
     if champion is None:
-        return Decision(True, ["first candidate: there is no champion to compare with"])
+        return Decision(True, ["first candidate: there is no champion to compare with", *note])
     reasons: list[str] = []
     compared: dict[str, dict] = {}
-    for metric in sorted(champion):
-        best = champion[metric]
-        tolerance = policy.tolerance.get(metric, policy.default_tolerance)
-        lower = metric in policy.lower_is_better
-        value = candidate.get(metric)
+    for metric, gate in sorted(policy.metrics.items()):
+        value, best = candidate.get(metric), champion.get(metric)
         if value is None or math.isnan(value):
-            compared[metric] = {"candidate": None, "champion": best, "tolerance": tolerance, "ok": False}
-            reasons.append(f"{metric}: the candidate has no value (champion {best:.4g})")
+            compared[metric] = {"candidate": None, "champion": best, "tolerance": gate.tolerance, "ok": False}
+            reasons.append(f"{metric}: the candidate has no value (an eval that did not run is not a pass)")
             continue
-        worse_by = (value - best) if lower else (best - value)
-        ok = worse_by <= tolerance + _EPS
-        compared[metric] = {"candidate": value, "champion": best, "tolerance": tolerance, "ok": ok}
-        direction = "lower" if lower else "higher"
-        verdict = "ok" if ok else f"worse by {worse_by:.4g} > tolerance {tolerance:g}"
-        reasons.append(f"{metric}: {value:.4g} vs champion {best:.4g} ({direction} is better): {verdict}")
-    for metric in sorted(set(candidate) - set(champion)):
-        reasons.append(f"{metric}: not compared (the champion has no value)")
-    if not champion:
-        reasons.append("the champion has no metrics: nothing to fall short of")
-    return Decision(all(c["ok"] for c in compared.values()), reasons, compared)
+        if best is None or math.isnan(best):
+            reasons.append(f"{metric}: {value:.4g}, not compared (the champion has no value)")
+            continue
+        worse_by = (value - best) if gate.direction == "lower" else (best - value)
+        ok = worse_by <= gate.tolerance + _EPS
+        compared[metric] = {"candidate": value, "champion": best, "tolerance": gate.tolerance, "ok": ok}
+        verdict = "ok" if ok else f"worse by {worse_by:.4g} > tolerance {gate.tolerance:g}"
+        reasons.append(f"{metric}: {value:.4g} vs champion {best:.4g} ({gate.direction} is better): {verdict}")
+    return Decision(all(c["ok"] for c in compared.values()), reasons + note, compared)
 
 
 def _now() -> str:

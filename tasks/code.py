@@ -1,6 +1,10 @@
-"""Prefect tasks for code data (paper 2.3.2): SFT samples judged correct and time-optimal, RL problems filtered by
+"""Prefect tasks for code data (§2.3.2): SFT samples judged correct and time-optimal, RL problems filtered by
 k of n rollouts. Each writes a versioned folder under data/code/ (rows + manifest, named by content digest) and
-logs pass-rate histograms to MLflow as plots."""
+logs pass-rate histograms to MLflow as plots.
+
+No flow calls these yet: the two code RL stages (§2.3.2–2.3.3) will, with the on-policy filter fixed to sample
+distinct rollouts (docs/architecture.md, "Built, not yet in the recipe"). Until then tests/code/test_code_data.py
+runs them."""
 
 from __future__ import annotations
 
@@ -9,7 +13,8 @@ import json
 import mlflow
 
 from forge.config import CodeDataConfig, CodeRLConfig
-from registry.tracking import STAGE_TAG, log_table, start_stage_run
+from forge.stages import DataFile
+from registry.tracking import STAGE_TAG, StageContext, log_table
 from tasks._cache import cached_task
 
 CODE_MODULES = ("forge.code.data", "forge.code.judge", "forge.code.complexity", "forge.code.candidates")
@@ -77,16 +82,13 @@ def _write_version(name: str, rows: list[dict], manifest: dict) -> str:
 
 
 @cached_task(name="code-sft-data", modules=CODE_MODULES)
-def code_sft_task(
-    cfg: CodeDataConfig, model_dir: str | None = None, parent_run_id: str | None = None, lineage: dict | None = None
-) -> dict:
+def code_sft_task(*, ctx: StageContext, cfg: CodeDataConfig, model_dir: str | None = None) -> DataFile:
     """Sample N candidates per problem, keep the correct and time-optimal ones as SFT chat samples."""
     from forge.code.data import sample_sft
 
     problems = _problems(cfg)
     backend = _backend(cfg, problems, model_dir, cfg.n_candidates)
-    tags = {**(lineage or {}), STAGE_TAG: "data/code-sft"}
-    with start_stage_run("code-sft-data", parent_run_id=parent_run_id, tags=tags) as run:
+    with ctx.start_run("code-sft-data", {STAGE_TAG: "data/code-sft"}) as run:
         result = sample_sft(
             backend,
             problems,
@@ -110,25 +112,19 @@ def code_sft_task(
         rows = [s.model_dump(mode="json") for s in result.samples]
         path = _write_version("sft", rows, {"config": cfg.model_dump(mode="json"), "metrics": metrics})
         log_table([{"problem_id": k, "kept": v} for k, v in kept_per_problem.items()], "code_sft_kept.json")
-    return {"path": path, "metrics": metrics, "run_id": run.info.run_id}
+    return DataFile(path=path, run_id=run.info.run_id, metrics=metrics, counts={"rows": len(rows)})
 
 
 @cached_task(name="code-rl-filter", modules=CODE_MODULES)
 def code_rl_filter_task(
-    cfg: CodeDataConfig,
-    rl: CodeRLConfig,
-    stage: int = 1,
-    model_dir: str | None = None,
-    parent_run_id: str | None = None,
-    lineage: dict | None = None,
-) -> dict:
+    *, ctx: StageContext, cfg: CodeDataConfig, rl: CodeRLConfig, stage: int = 1, model_dir: str | None = None
+) -> DataFile:
     """n rollouts per problem; keep problems whose k (solved, or meeting the bound in stage 2) is in range."""
     from forge.code.data import filter_rl
 
     problems = _problems(cfg)
     backend = _backend(cfg, problems, model_dir, rl.num_rollouts)
-    tags = {**(lineage or {}), STAGE_TAG: f"data/code-rl-stage{stage}"}
-    with start_stage_run(f"code-rl-filter-stage{stage}", parent_run_id=parent_run_id, tags=tags) as run:
+    with ctx.start_run(f"code-rl-filter-stage{stage}", {STAGE_TAG: f"data/code-rl-stage{stage}"}) as run:
         rows = filter_rl(
             backend,
             problems,
@@ -154,4 +150,4 @@ def code_rl_filter_task(
         log_table(
             [{k: v for k, v in r.as_dict().items() if k != "prompt"} for r in rows], f"code_rl_stage{stage}.json"
         )
-    return {"path": path, "metrics": metrics, "run_id": run.info.run_id, "kept": [r.problem_id for r in kept]}
+    return DataFile(path=path, run_id=run.info.run_id, metrics=metrics, counts={"rows": len(kept)})

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import mlflow
 from prefect import task
 
-from forge.config import MixConfig, PoolsConfig
-from forge.hashing import tree_digest
+from forge.config import DOMAINS, MixConfig, PoolsConfig
+from forge.hashing import files_digest, tree_digest
+from forge.stages import DataMix, Mix, Pools, Tokenizer
 from forge.workspace import Workspace
+from registry.tracking import DATA_MD5_TAG, STAGE_TAG, StageContext
 from tasks._cache import cached_task
 
 
@@ -19,39 +22,47 @@ def digest_corpora() -> str:
 
 
 @cached_task(name="build-pools", modules=("forge.data.pools", "forge.data.corpora", "forge.data.schemas"))
-def build_pools_task(cfg: PoolsConfig, corpora_digest: str) -> dict[str, str]:
+def build_pools_task(*, cfg: PoolsConfig, corpora: str) -> Pools:
+    """Per-domain pools (and the side sets: preferences, code problems, multi-hop questions) from corpora/."""
     from forge.data.pools import build_pools
 
-    paths = build_pools(Workspace.from_env(), cfg)
-    return {name: str(path) for name, path in paths.items()}
+    files = {name: str(path) for name, path in build_pools(Workspace.from_env(), cfg).items()}
+    return Pools(files=files, digest=files_digest(files))
 
 
 @cached_task(name="build-mix", modules=("forge.data.mix", "forge.data.jsonl", "forge.chat"))
-def build_mix_task(
-    cfg: MixConfig, pool_paths: dict[str, str], pools_digest: str, tokenizer_dir: str, heldout_rows: int,
-    review: dict | None = None,
-) -> dict:
-    """Sample the SFT mix in target token shares; returns the mix folder and its manifest (``review``: what human
-    verdicts changed in the pools, recorded in the manifest)."""
+def build_mix_task(*, cfg: MixConfig, pools: Pools, tokenizer: Tokenizer, heldout_rows: int) -> Mix:
+    """Sample the SFT mix in target token shares from ``pools``; what reviewers changed in the pools
+    (``pools.review``) is recorded in the manifest."""
     from transformers import AutoTokenizer
 
     from forge.chat import count_chat_tokens
-    from forge.config import DOMAINS
     from forge.data.mix import build_mix
 
     ws = Workspace.from_env()
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    tok = AutoTokenizer.from_pretrained(tokenizer.tokenizer_dir)
     out_dir = ws.mixes / cfg.name
-    pools = {d: Path(pool_paths[d]) for d in DOMAINS}
-    manifest = build_mix(pools, cfg, lambda s: count_chat_tokens(tokenizer, s), out_dir, heldout_rows, review=review)
-    return {"mix_dir": str(out_dir), "manifest": manifest.model_dump(mode="json")}
+    manifest = build_mix({d: Path(pools.files[d]) for d in DOMAINS}, cfg, lambda s: count_chat_tokens(tok, s),
+                         out_dir, heldout_rows, review=pools.review)
+    return Mix(mix_dir=str(out_dir), manifest=manifest.model_dump(mode="json"))
 
 
 @task(name="version-data")
-def version_data_task() -> str:
-    """``dvc add data`` + ``dvc push`` to the local remote; returns the md5 recorded in data.dvc."""
+def version_data_task(*, ctx: StageContext, mix: Mix) -> DataMix:
+    """``dvc add data`` + ``dvc push`` to the local remote; the ``data`` MLflow run records the md5 DVC gave
+    ``data/``, the mix's token shares per domain and its manifest."""
     from forge.data.versioning import ensure_dvc, version_data
 
     ws = Workspace.from_env()
     ensure_dvc(ws.root, ws.dvc_remote)
-    return version_data(ws.root)
+    md5 = version_data(ws.root)
+    manifest = mix.manifest
+    metrics = {f"{domain}_{key}": row[field] for domain, row in manifest["domains"].items()
+               for key, field in (("tokens", "tokens"), ("share", "actual_share"))}
+    review = manifest.get("review") or {}
+    metrics |= {f"review_{k}": v for k, v in review.items() if isinstance(v, int | float)}
+    with ctx.start_run("data", {STAGE_TAG: "data", DATA_MD5_TAG: md5}) as run:
+        mlflow.log_param("mix", Path(mix.mix_dir).name)
+        mlflow.log_metrics(metrics)
+        mlflow.log_dict(manifest, "manifest.json")
+    return DataMix(mix_dir=mix.mix_dir, data_md5=md5, manifest=manifest, run_id=run.info.run_id, metrics=metrics)

@@ -43,7 +43,8 @@ def _answers(backend: Any, prompts: list[dict], generation: GenerationConfig, ma
                             temperature=generation.temperature, top_p=generation.top_p, seed=seed)
 
 
-def _rl_prompts(tokenizer: Any, data: DataMix, max_prompts: int, max_prompt_tokens: int, seed: int) -> list[dict]:
+def _rl_prompts(tokenizer: Any, data: DataMix, max_prompts: int, max_prompt_tokens: int, seed: int | str
+                ) -> list[dict]:
     from forge.data.mix import read_mix
     from forge.training.pairs import build_rl_prompts
 
@@ -90,7 +91,7 @@ def rm_pointwise_task(
         metrics: dict[str, float] = {}
         if cfg.forge_pairs:
             tokenizer = AutoTokenizer.from_pretrained(policy.model_dir)
-            prompts = _rl_prompts(tokenizer, data, cfg.forge_pairs, cfg.grpo.max_prompt_length, seed + 3)
+            prompts = _rl_prompts(tokenizer, data, cfg.forge_pairs, cfg.grpo.max_prompt_length, f"{seed}:rm-pointwise")
             budget = cfg.forge_pair_max_new_tokens
             weak_answers = _answers(local_backend(generation, weak.model_dir), prompts, generation, budget, seed)
             split = reference_pairs(prompts, weak_answers, tokenizer, budget=budget, eval_pairs=cfg.forge_eval_pairs,
@@ -107,23 +108,39 @@ def rm_pointwise_task(
                        metrics=metrics)
 
 
-def _grpo_stage(
-    stage: str,
-    make_reward: Callable[[Any], Callable],
+def _reward(cfg: PointwiseRLConfig | PairwiseRLConfig, rm: RewardModel, tokenizer: Any) -> Callable:
+    """The stage's only reward: the frozen point-wise RM's score minus the overlong penalty (§2.1.2), or "beats the
+    reference answer" under the frozen pairwise RM (§2.1.3)."""
+    if isinstance(cfg, PairwiseRLConfig):
+        from forge.training.pairwise_rm import BeatsReferenceReward, PairwiseScorer
+
+        return BeatsReferenceReward(PairwiseScorer(rm.model_dir, max_length=cfg.rm.max_length), win=cfg.win_reward,
+                                    loss=cfg.loss_reward, max_completion_length=cfg.grpo.max_completion_length,
+                                    stop_ids=(tokenizer.eos_token_id,))
+    from forge.training.grpo import PointwiseRMReward
+    from forge.training.reward_model import RewardScorer
+
+    return PointwiseRMReward(RewardScorer(rm.model_dir, max_length=cfg.rm.max_length), cfg.grpo.max_completion_length,
+                             [tokenizer.eos_token_id], cfg.overlong_penalty)
+
+
+@cached_task(name="grpo", modules=("forge.training.reward_model", "forge.training.pairwise_rm", *RL_MODULES))
+def grpo_task(
     *,
     ctx: StageContext,
+    stage: str,
     cfg: PointwiseRLConfig | PairwiseRLConfig,
     sft: SFTConfig,
     runtime: TrainingRuntimeConfig,
     generation: GenerationConfig,
     seed: int,
-    prompt_seed: int,
     policy: Checkpoint,
     rm: RewardModel,
     data: DataMix,
 ) -> Checkpoint:
-    """One GRPO stage: prompts from the mix, ``make_reward(tokenizer)`` as the only reward, the new policy
-    registered with its parent and reward model; both GRPO stages differ only in the reward."""
+    """One GRPO stage (``grpo-pointwise`` or ``grpo-pairwise``): ``cfg.grpo.num_generations`` rollouts per prompt
+    from the mix, scored by the stage's reward model; the new policy is registered with its parent and its reward
+    model. The version carries the SFT held-out loss; rollout diagnostics stay on the run."""
     from transformers import AutoTokenizer
 
     from forge.data.mix import read_mix
@@ -133,14 +150,15 @@ def _grpo_stage(
 
     ws = Workspace.from_env()
     tokenizer = AutoTokenizer.from_pretrained(policy.model_dir)
-    prompts = _rl_prompts(tokenizer, data, cfg.grpo.max_prompts, cfg.grpo.max_prompt_length, prompt_seed)
-    out = ws.models / f"{stage}-{value_digest(cfg, runtime, generation, policy.model_dir, rm.model_dir, data.data_md5)}"
+    prompts = _rl_prompts(tokenizer, data, cfg.grpo.max_prompts, cfg.grpo.max_prompt_length, f"{seed}:{stage}")
+    digest = value_digest(cfg, runtime, generation, policy.model_dir, rm.model_dir, data.data_md5)
+    out = ws.models / f"{stage}-{digest}"
     tags = ctx.lineage({STAGE_TAG: stage, DATA_MD5_TAG: data.data_md5, PARENT_VERSION_TAG: policy.ref,
                         REWARD_MODEL_TAG: rm.ref})
     with ctx.start_run(stage, tags) as run:
         log_config(cfg)
         mlflow.log_param("prompts", len(prompts))
-        result = run_grpo(Path(policy.model_dir), prompts, [make_reward(tokenizer)], cfg.grpo, runtime, out,
+        result = run_grpo(Path(policy.model_dir), prompts, [_reward(cfg, rm, tokenizer)], cfg.grpo, runtime, out,
                           seed=seed, stage=stage, generation=generation, log_metrics=metrics_logger())
         for key, label in ROLLOUT_CURVES.items():
             steps, values = result.series(key)
@@ -150,37 +168,12 @@ def _grpo_stage(
                                          out.parent / f".{out.name}.eval")
         metrics = {**result.window_metrics(ROLLOUT_CURVES), "sft_heldout_loss": heldout_loss}
         mlflow.log_metrics(metrics)
-        # The version carries what evaluates the policy itself; rollout diagnostics (reward under this stage's own
-        # RM, truncation) stay on the run: they are not comparable across reward models.
+        # Rollout diagnostics (reward under this stage's own RM, truncation) are not comparable across reward
+        # models: they stay on the run, the version carries what evaluates the policy itself.
         version = register_checkpoint(out, "forge-policy", run_id=run.info.run_id, tags=tags,
                                       metrics={"sft_heldout_loss": heldout_loss})
     return Checkpoint(model_dir=str(out), model_name="forge-policy", version=version, run_id=run.info.run_id,
                       metrics=metrics)
-
-
-@cached_task(name="grpo-pointwise", modules=("forge.training.reward_model", *RL_MODULES))
-def grpo_pointwise_task(
-    *,
-    ctx: StageContext,
-    cfg: PointwiseRLConfig,
-    sft: SFTConfig,
-    runtime: TrainingRuntimeConfig,
-    generation: GenerationConfig,
-    seed: int,
-    policy: Checkpoint,
-    rm: RewardModel,
-    data: DataMix,
-) -> Checkpoint:
-    """GRPO with ``num_generations`` rollouts per prompt, the frozen point-wise RM's score as reward (§2.1.2)."""
-    from forge.training.grpo import PointwiseRMReward
-    from forge.training.reward_model import RewardScorer
-
-    def make_reward(tokenizer):
-        return PointwiseRMReward(RewardScorer(rm.model_dir, max_length=cfg.rm.max_length),
-                                 cfg.grpo.max_completion_length, [tokenizer.eos_token_id], cfg.overlong_penalty)
-
-    return _grpo_stage("grpo-pointwise", make_reward, ctx=ctx, cfg=cfg, sft=sft, runtime=runtime,
-                       generation=generation, seed=seed, prompt_seed=seed, policy=policy, rm=rm, data=data)
 
 
 @cached_task(name="rm-pairwise", modules=("forge.training.pairwise_rm", *RL_MODULES))
@@ -206,7 +199,7 @@ def rm_pairwise_task(
 
     ws = Workspace.from_env()
     tokenizer = AutoTokenizer.from_pretrained(strong.model_dir)
-    prompts = _rl_prompts(tokenizer, data, cfg.pair_prompts, cfg.grpo.max_prompt_length, seed + 1)
+    prompts = _rl_prompts(tokenizer, data, cfg.pair_prompts, cfg.grpo.max_prompt_length, f"{seed}:rm-pairwise")
     budget = cfg.pair_max_new_tokens
     digest = value_digest(cfg, runtime, generation, strong.model_dir, weak.model_dir, data.data_md5, seed)
     out = ws.models / f"rm-pairwise-{digest}"
@@ -230,29 +223,3 @@ def rm_pairwise_task(
         version = register_checkpoint(out, "forge-rm-pairwise", run_id=run.info.run_id, tags=tags, metrics=metrics)
     return RewardModel(model_dir=str(out), model_name="forge-rm-pairwise", version=version, run_id=run.info.run_id,
                        metrics=metrics)
-
-
-@cached_task(name="grpo-pairwise", modules=("forge.training.pairwise_rm", *RL_MODULES))
-def grpo_pairwise_task(
-    *,
-    ctx: StageContext,
-    cfg: PairwiseRLConfig,
-    sft: SFTConfig,
-    runtime: TrainingRuntimeConfig,
-    generation: GenerationConfig,
-    seed: int,
-    policy: Checkpoint,
-    rm: RewardModel,
-    data: DataMix,
-) -> Checkpoint:
-    """GRPO whose reward is ``win_reward`` when the pairwise RM says the rollout beats the reference answer."""
-    from forge.training.pairwise_rm import BeatsReferenceReward, PairwiseScorer
-
-    def make_reward(tokenizer):
-        return BeatsReferenceReward(PairwiseScorer(rm.model_dir, max_length=cfg.rm.max_length),
-                                    win=cfg.win_reward, loss=cfg.loss_reward,
-                                    max_completion_length=cfg.grpo.max_completion_length,
-                                    stop_ids=(tokenizer.eos_token_id,))
-
-    return _grpo_stage("grpo-pairwise", make_reward, ctx=ctx, cfg=cfg, sft=sft, runtime=runtime,
-                       generation=generation, seed=seed, prompt_seed=seed + 2, policy=policy, rm=rm, data=data)

@@ -112,7 +112,9 @@ def sft_stage_task(
 
 
 @cached_task(name="register-policy", modules=("registry.models",))
-def register_policy_task(*, ctx: StageContext, checkpoint: Checkpoint, parent: Checkpoint, data: DataMix) -> Checkpoint:
+def register_policy_task(
+    *, ctx: StageContext, checkpoint: Checkpoint, parent: Checkpoint, data: DataMix
+) -> Checkpoint:
     """Register the final SFT checkpoint as a new ``forge-policy`` version: its parent is ``parent`` (the base), its
     metric the held-out chat loss of the last curriculum stage."""
     from registry.models import register_checkpoint

@@ -1,6 +1,6 @@
 """What the host lets the sandbox do, set up once per process: namespaces, cgroups, per-run uids.
 
-Creating a network namespace per run is slow under load (STACK.md), so one network + mount namespace is made
+Creating a network namespace per run is slow under load (docs/stack.md), so one network + mount namespace is made
 by a throwaway holder process and kept through two descriptors; every run enters them with setns(2) and then
 makes its own cheap PID + mount namespace (``_boot.py``). Per-run cgroups (v2, or v1 ``pids``/``memory``
 hierarchies) bound the whole tree's processes and memory where ``/sys/fs/cgroup`` is writable.

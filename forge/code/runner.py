@@ -1,7 +1,7 @@
 """Run every test of a submission and collect per-test verdicts: the execution half of the judge.
 
 Python submissions run all their tests in one sandboxed run (the per-process cost dominates: ~75 runs/s one per
-test against thousands of tests/s batched, STACK.md): the sandboxed candidate server (``_harness.py``) holds the
+test against thousands of tests/s batched, docs/stack.md): the sandboxed candidate server (``_harness.py``) holds the
 code and answers one request per test; Forge, outside the sandbox, holds the expected answers, sends the inputs,
 decodes the answers into plain values and decides every verdict (the code cannot reach any of that).
 C++ is compiled once and its binary runs once per test (a process start costs little for native code).

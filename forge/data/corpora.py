@@ -242,7 +242,7 @@ class KnowledgeGraph:
                 mid, attr, value = line.rstrip("\r\n").split("\t")
                 key = attr.strip("<>").rsplit("/", 1)[-1]
                 if key in DATE_ATTRS and mid in neighbours:
-                    # Stored as year + month/12 (shared/data/README.md); the year is the reliable part.
+                    # Stored as year + month/12 (corpora/PROVENANCE.md); the year is the reliable part.
                     years[mid].append((key, int(float(value))))
         for edges in out_edges.values():
             edges.sort()

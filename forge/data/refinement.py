@@ -78,6 +78,15 @@ def visible_answer(text: str) -> str:
     return parse_assistant_text(text, tool_names=()).content
 
 
+def refinement_items(rows: list[ChatSample], prompts: list[dict[str, Any]]) -> list[tuple[ChatSample, Chat, str]]:
+    """``(source row, history, draft)`` items for :func:`refine_solutions`: each prompt (``{"prompt", "reference"}``,
+    as :func:`forge.training.pairs.build_rl_prompts` makes them from ``rows``) with the row its reference came from."""
+    by_answer: dict[str, ChatSample] = {}
+    for row in rows:
+        by_answer.setdefault(row.messages[-1].content or "", row)
+    return [(by_answer[p["reference"]], p["prompt"], p["reference"]) for p in prompts]
+
+
 def refine_solutions(
     backend: GenerationBackend,
     items: list[tuple[ChatSample, Chat, str]],

@@ -89,6 +89,14 @@ class Message(BaseModel):
         return self
 
 
+def _check_calls_known(messages: list[Message], tools: list[ToolSpec], what: str) -> None:
+    known = {t.function.name for t in tools}
+    for m in messages:
+        for call in m.tool_calls:
+            if call.name not in known:
+                raise ValueError(f"tool call to {call.name!r}, which is not among the {what}'s tools")
+
+
 class ChatSample(Row):
     """One SFT conversation; the loss mask is per assistant turn (``Message.loss``)."""
 
@@ -101,11 +109,7 @@ class ChatSample(Row):
     def _has_assistant(self) -> ChatSample:
         if not any(m.role == "assistant" for m in self.messages):
             raise ValueError("a chat sample needs at least one assistant turn")
-        known = {t.function.name for t in self.tools}
-        for m in self.messages:
-            for call in m.tool_calls:
-                if call.name not in known:
-                    raise ValueError(f"tool call to {call.name!r}, which is not among the sample's tools")
+        _check_calls_known(self.messages, self.tools, "sample")
         return self
 
 
@@ -209,11 +213,7 @@ class SearchTrajectory(Row):
 
     @model_validator(mode="after")
     def _calls_known_tools(self) -> SearchTrajectory:
-        known = {t.function.name for t in self.tools}
-        for m in self.messages:
-            for call in m.tool_calls:
-                if call.name not in known:
-                    raise ValueError(f"tool call to {call.name!r}, which is not among the trajectory's tools")
+        _check_calls_known(self.messages, self.tools, "trajectory")
         return self
 
     def assistant_indices(self) -> list[int]:

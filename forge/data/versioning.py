@@ -92,7 +92,7 @@ def ensure_dvc(root: str | Path, remote_dir: str | Path) -> None:
     else:
         level = []
         run_dvc(root, "remote", "add", "--force", "--default", REMOTE_NAME, str(remote_dir.resolve()))
-    # Without verify a corrupted remote object is pulled silently and `dvc status` still says clean (STACK.md).
+    # Without verify a corrupted remote object is pulled silently and `dvc status` still says clean (docs/stack.md).
     run_dvc(root, "remote", "modify", *level, REMOTE_NAME, "verify", "true")
 
 

@@ -10,7 +10,7 @@
         s.commit()
 
 SQLite with several writers loses transactions unless it runs in WAL mode with a busy timeout and takes the
-write lock at BEGIN (STACK.md: 0 of 1,200 lost that way); :func:`open_store` sets all three. A PostgreSQL URL
+write lock at BEGIN (docs/stack.md: 0 of 1,200 lost that way); :func:`open_store` sets all three. A PostgreSQL URL
 (``postgresql+psycopg2://…``) is used as is; ``schema`` places the tables in a named schema. Either way the
 schema comes from the Alembic migrations in ``forge/review/migrations`` (``open_store`` upgrades to head).
 """

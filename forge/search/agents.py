@@ -284,7 +284,11 @@ def parse_assistant(text: str) -> Message:
 
 
 class ReActAgent:
-    """The policy model answering through the tools: generate → parse call → run tool → … (batched over QAs)."""
+    """The policy model answering through the tools: generate → parse call → run tool → … (batched over QAs).
+
+    Not run by the recipe yet: synthesis uses the scripted agents only. The policy joins them as an agent, and
+    drives the agentic RL rollouts, when those stages land (docs/architecture.md, "Built, not yet in the recipe");
+    tests/search/test_react_cli.py runs it on a real model today."""
 
     name = "policy"
 

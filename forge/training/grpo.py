@@ -191,7 +191,8 @@ class _StepRecords(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "reward" in logs:
-            self.records.append({"step": state.global_step, **{k: v for k, v in logs.items() if isinstance(v, float | int)}})
+            numbers = {k: v for k, v in logs.items() if isinstance(v, float | int)}
+            self.records.append({"step": state.global_step, **numbers})
 
 
 def run_grpo(
@@ -227,7 +228,8 @@ def run_grpo(
         processing_class=tokenizer,
         callbacks=[records, ForwardMetrics(log_metrics, prefix=f"{stage}/")],
     )
-    logger.info("%s: %d prompts × %d rollouts, %d steps", stage, len(prompts), settings.num_generations, settings.max_steps)
+    logger.info("%s: %d prompts × %d rollouts, %d steps", stage, len(prompts), settings.num_generations,
+                settings.max_steps)
     run.train(trainer, stage)
     run.finish(trainer.model, tokenizer)
     return GRPOResult(

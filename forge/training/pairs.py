@@ -59,10 +59,11 @@ def build_rl_prompts(
     *,
     max_prompts: int,
     max_prompt_tokens: int,
-    seed: int,
+    seed: int | str,
     domains: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """RL prompts ``{"prompt": chat, "reference": answer, "domain": ...}`` from SFT rows, in a seeded order.
+    """RL prompts ``{"prompt": chat, "reference": answer, "domain": ...}`` from SFT rows, in a seeded order (a
+    stage names its own ``seed``, e.g. ``"0:grpo-pairwise"``, so two stages draw different prompts).
 
     Prompts longer than ``max_prompt_tokens`` (rendered with the generation header) are skipped: TRL 1.16 has
     no prompt truncation, and a cut prompt would lose the question.

@@ -135,7 +135,9 @@ class RewardModelResult:
     resumed_from_step: int | None = None
 
 
-def reward_config(cfg: RewardModelSettings, runtime: TrainingRuntimeConfig, work_dir: Path, seed: int = 0) -> RewardConfig:
+def reward_config(
+    cfg: RewardModelSettings, runtime: TrainingRuntimeConfig, work_dir: Path, seed: int = 0
+) -> RewardConfig:
     """TRL's ``RewardConfig`` for the profile (bf16 / gradient checkpointing from ``runtime``)."""
     return RewardConfig(
         **common_trainer_args(work_dir, runtime, seed=seed, save_steps=cfg.save_steps),
@@ -242,5 +244,6 @@ class RewardScorer:
         self.batch_size = batch_size
 
     def score(self, histories: list[Chat], answers: list[str]) -> list[float]:
-        seqs = [encode_scored_chat(self.tokenizer, h, a, self.max_length) for h, a in zip(histories, answers, strict=True)]
+        seqs = [encode_scored_chat(self.tokenizer, h, a, self.max_length)
+                for h, a in zip(histories, answers, strict=True)]
         return score_ids(self.model, self.tokenizer.pad_token_id, seqs, self.batch_size)

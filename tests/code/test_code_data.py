@@ -72,18 +72,18 @@ def test_cached_tasks_write_versioned_data_and_histograms(workspace, tmp_path, m
     import mlflow
 
     from forge.config import CodeDataConfig, CodeRLConfig
-    from registry.tracking import init_mlflow
+    from registry.tracking import StageContext, init_mlflow
     from tasks.code import code_rl_filter_task, code_sft_task
 
     monkeypatch.setenv("FORGE_ROOT", str(tmp_path))
     init_mlflow(workspace)
     cfg = CodeDataConfig(limit=4, n_candidates=2, known_good=1, known_slow=0, known_broken=1)
-    sft = code_sft_task.fn(cfg)
-    rows = Path(sft["path"], "rows.jsonl").read_text().splitlines()
-    assert len(rows) == 4 and sft["path"].startswith(str(tmp_path / "data" / "code" / "sft" / "v-"))
-    rl = code_rl_filter_task.fn(cfg, CodeRLConfig(), stage=1)
-    assert len(rl["kept"]) == 4  # 1 good of 2 candidates cycled over 8 rollouts: k = 4, within [1, 5]
-    manifest = json.loads(Path(rl["path"], "manifest.json").read_text())
+    sft = code_sft_task.fn(ctx=StageContext(), cfg=cfg)
+    rows = Path(sft.path, "rows.jsonl").read_text().splitlines()
+    assert len(rows) == 4 and sft.path.startswith(str(tmp_path / "data" / "code" / "sft" / "v-"))
+    rl = code_rl_filter_task.fn(ctx=StageContext(), cfg=cfg, rl=CodeRLConfig(), stage=1)
+    assert rl.counts["rows"] == 4  # 1 good of 2 candidates cycled over 8 rollouts: k = 4, within [1, 5]
+    manifest = json.loads(Path(rl.path, "manifest.json").read_text())
     assert manifest["rows"] == 4 and manifest["metrics"]["code_rl_stage1_kept"] == 4.0
-    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(rl["run_id"], "plots")}
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(rl.run_id, "plots")}
     assert artifacts == {"plots/code_rl_stage1_problem_pass_rate.png", "plots/code_rl_stage1_rollout_pass_rate.png"}

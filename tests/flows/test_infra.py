@@ -36,13 +36,14 @@ def test_prefect_yaml_deployments_point_at_flows_with_valid_schedules():
             CronSchedule(cron=schedule["cron"], timezone=schedule["timezone"])  # raises on an invalid cron
 
 
-def test_recipe_parameters_render_as_a_typed_form():
+def test_recipe_parameters_are_a_profile_and_its_overrides():
+    # The run form has two fields: which profile, and overrides validated against it (no class defaults of a
+    # whole RecipeConfig that could silently replace the profile).
     from flows.recipe import recipe
 
     schema = recipe.parameters.model_dump()
-    assert "config" in schema["properties"] and "profile" in schema["properties"]
-    assert "RecipeConfig" in schema["definitions"]  # the UI builds its form from these definitions
-    assert "SFTStageConfig" in schema["definitions"]
+    assert set(schema["properties"]) == {"profile", "overrides"}
+    assert schema["properties"]["profile"]["default"] == "tiny"
 
 
 def _free_port() -> int:

@@ -256,3 +256,21 @@ def test_cli_promote_refuses_a_regression_and_rollback_explains_itself(client, t
     assert get_alias_version(model_name, "champion") == v1
     nothing = runner.invoke(app, ["rollback", "--model", model_name])  # v1 was the first champion
     assert nothing.exit_code == 1 and "previous champion" in nothing.output.lower()
+
+
+def test_gate_reads_only_the_declared_metrics_of_real_versions(client, tokenizer, tmp_path, model_name):
+    """Versions in the registry carrying an undeclared ``metric.*`` tag (a stage's rollout diagnostics): it neither
+    blocks a candidate that lacks it nor passes one that regressed on a declared metric."""
+    declared = {"humaneval_pass_at_1": 0.30, "sft_heldout_loss": 2.0}
+    v1 = register(tmp_path, tokenizer, model_name, seed=11, metrics={**declared, "reward_last20": 0.9})
+    assert promote(client, model_name, POLICY, version=v1).promote
+    v2 = register(tmp_path, tokenizer, model_name, seed=12, metrics=declared)  # lacks reward_last20
+    decision = promote(client, model_name, POLICY, version=v2)
+    assert decision.promote and "reward_last20" not in decision.compared, decision.reasons
+    assert get_alias_version(model_name, "champion") == v2
+    worse = {"humaneval_pass_at_1": 0.10, "sft_heldout_loss": 2.0, "reward_last20": 100.0}
+    v3 = register(tmp_path, tokenizer, model_name, seed=13, metrics=worse)
+    assert not promote(client, model_name, POLICY, version=v3).promote
+    assert get_alias_version(model_name, "champion") == v2
+    reasons = json.loads(client.get_model_version(model_name, v3).tags["promotion.reasons"])
+    assert any(r.startswith("ignored") and "reward_last20" in r for r in reasons)

@@ -38,7 +38,7 @@ def test_a_store_from_before_migrations_is_upgraded_in_place(tmp_path, make_traj
     migrate(old, revision="0001")
     traj = make_traj("old", python=True)
     with old.begin() as conn:
-        conn.execute(text("DROP TABLE alembic_version"))  # what issue 3's create_all left: tables, no version
+        conn.execute(text("DROP TABLE alembic_version"))  # what the first store's create_all left: tables, no version
         conn.execute(text("INSERT INTO reviewers (id, name, created_at) VALUES (1, 'ann', '2026-11-01')"))
         conn.execute(text("INSERT INTO trajectories VALUES (:id, 'qa', 'planner', 'q?', 'Hans Zimmer', 'Hans Zimmer', "
                           "1, :payload, '2026-11-01')"), {"id": traj.id, "payload": json.dumps(traj.model_dump(mode="json"))})

@@ -12,6 +12,7 @@ from forge.data.jsonl import read_jsonl, write_jsonl
 from forge.data.mix import build_mix
 from forge.data.schemas import ChatSample, Message
 from forge.review import open_store, record_trajectory_verdict, record_verdict, session_scope
+from forge.review.feedback import apply_reviews
 from forge.review.models import TurnRecord
 from forge.search.synthesize import merge_shards, run_agents
 from forge.training.tokenizer import encode_chat
@@ -31,6 +32,11 @@ def shard(qas, tools, tmp_path, workspace, monkeypatch):
     write_jsonl(base.with_suffix(".qa.jsonl"), picked)
     write_jsonl(base.with_suffix(".traj.jsonl"), trajs)
     return ws, [{"qa_path": str(base.with_suffix(".qa.jsonl")), "traj_path": str(base.with_suffix(".traj.jsonl"))}]
+
+
+def _merge(ws, cfg, shards, pools=None):
+    """The merge as tasks/search.py runs it: the review step is the store's feedback (forge.review.feedback)."""
+    return merge_shards(ws, cfg, shards, pools, review=lambda trajs, qas: apply_reviews(trajs, qas, home=ws.home))
 
 
 def _pool(merged) -> dict[str, ChatSample]:
@@ -57,7 +63,7 @@ def _mix(tokenizer, merged, out, review) -> list[ChatSample]:
 def test_rejected_turn_is_masked_and_rejected_trajectory_leaves(shard, tokenizer, tmp_path):
     ws, shards = shard
     cfg = DeepSearchConfig()
-    first = merge_shards(ws, cfg, shards)
+    first = _merge(ws, cfg, shards)
     assert first["stats"]["review"] | {"digest": ""} == {"turns_masked": 0, "turns_unmasked": 0,
                                                         "trajectories_rejected": 0, "items_changed": 0, "digest": ""}
     before = _pool(first)
@@ -75,7 +81,7 @@ def test_rejected_turn_is_masked_and_rejected_trajectory_leaves(shard, tokenizer
         record_trajectory_verdict(s, gone_traj, "rita", accepted=False, note="answer right by luck")
     engine.dispose()
 
-    second = merge_shards(ws, cfg, shards)
+    second = _merge(ws, cfg, shards)
     review = second["stats"]["review"]
     assert (review["turns_masked"], review["trajectories_rejected"], review["items_changed"]) == (1, 1, 2)
     after = _pool(second)
@@ -97,6 +103,6 @@ def test_merged_pools_keep_every_corpus_row_and_add_the_samples(shard, tmp_path)
                                   messages=[Message(role="user", content="Who wrote it?"),
                                             Message(role="assistant", content="Someone")])
     write_jsonl(tmp_path / "deep_search.jsonl", [corpus_row])
-    merged = merge_shards(ws, DeepSearchConfig(), shards, {"deep_search": str(tmp_path / "deep_search.jsonl")})
+    merged = _merge(ws, DeepSearchConfig(), shards, {"deep_search": str(tmp_path / "deep_search.jsonl")})
     rows = read_jsonl(merged["pools"]["deep_search"], ChatSample).rows
     assert rows[0] == corpus_row and len(rows) == 1 + merged["stats"]["samples"]["deep_search"]

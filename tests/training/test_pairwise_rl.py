@@ -5,31 +5,21 @@ from __future__ import annotations
 
 import pytest
 
-from forge.config import BaseModelConfig, PairwiseRLConfig, TrainingRuntimeConfig
-from forge.data import corpora as C
-from forge.data.pools import hh_chat
+from forge.config import BaseModelConfig, GRPOSettings, PairwiseRLConfig, RewardModelSettings, TrainingRuntimeConfig
 from forge.generation import get_backend
 from forge.training.base_model import build_model
 from forge.training.checkpoints import save_atomically
-from forge.training.grpo import build_rl_prompts, grpo_settings, run_grpo
-from forge.training.pairwise_rm import (
-    BeatsReferenceReward,
-    PairwiseScorer,
-    StrongWeakPair,
-    checklist,
-    filter_pairs,
-    generate_strong_weak,
-    pairwise_loss,
-    train_pairwise_rm,
-)
+from forge.training.grpo import run_grpo
+from forge.training.pairs import StrongWeakPair, build_rl_prompts, checklist, filter_pairs, reference_over_weak
+from forge.training.pairwise_rm import BeatsReferenceReward, PairwiseScorer, pairwise_loss, train_pairwise_rm
 
 RUNTIME = TrainingRuntimeConfig()
 ASK = [{"role": "user", "content": "How do volcanoes form over hotspots?"}]
 
 
 def rm_cfg(weight: float) -> PairwiseRLConfig:
-    return PairwiseRLConfig(swap_consistency_weight=weight, rm_max_steps=60, rm_learning_rate=1e-3, rm_batch_size=8,
-                            rm_max_length=192, save_steps=100)
+    rm = RewardModelSettings(max_steps=60, learning_rate=1e-3, batch_size=8, max_length=192, save_steps=100)
+    return PairwiseRLConfig(swap_consistency_weight=weight, rm=rm)
 
 
 @pytest.fixture(scope="module")
@@ -40,24 +30,17 @@ def dirs(tokenizer, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def prompts(workspace, tokenizer):
-    rows = []
-    for i, pair in enumerate(C.load_hh(workspace.corpora)):
-        try:
-            row = hh_chat(pair, i)
-        except ValueError:
-            continue
-        if row is not None:
-            rows.append(row)
-    return build_rl_prompts(rows, tokenizer, max_prompts=300, max_prompt_tokens=128, seed=0)
+def prompts(hh_chats, tokenizer):
+    return build_rl_prompts(hh_chats, tokenizer, max_prompts=300, max_prompt_tokens=128, seed=0)
 
 
 @pytest.fixture(scope="module")
-def pairs(prompts, dirs):
-    """Strong = the dataset's reference answer, weak = the untrained checkpoint's sampled answer."""
+def pairs(prompts, dirs, tokenizer):
+    """Strong = the dataset's reference answer cut to the weak side's 32-token budget, weak = the untrained
+    checkpoint's sampled answer."""
     weak = get_backend("transformers", model=dirs["base"], batch_size=32, device="cpu")
     answers = weak.generate([p["prompt"] for p in prompts], max_new_tokens=32, temperature=1.0, seed=0)
-    raw = [StrongWeakPair(p["prompt"], p["reference"], a, p["reference"]) for p, a in zip(prompts, answers, strict=True)]
+    raw = reference_over_weak(prompts, answers, tokenizer, budget=32)
     kept, counts = filter_pairs(raw)
     assert counts["kept"] == len(kept) and sum(counts.values()) == len(raw)
     return kept
@@ -99,19 +82,6 @@ def test_swap_term_is_zero_for_antisymmetric_scores():
     assert pairwise_loss(d_ab, d_ab, labels, 5.0) > pairwise_loss(d_ab, d_ab, labels, 0.0)
 
 
-def test_generate_strong_weak_answers_with_both_checkpoints(prompts, dirs, tokenizer):
-    other = BaseModelConfig(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=128, seed=1)
-    strong_dir = save_atomically(build_model(other, tokenizer), tokenizer, dirs["root"] / "other")
-    strong = get_backend("transformers", model=strong_dir, device="cpu")
-    weak = get_backend("transformers", model=dirs["base"], device="cpu")
-    out = generate_strong_weak(strong, weak, prompts[:3], max_new_tokens=8, temperature=1.0, seed=3)
-    assert [p.history for p in out] == [p["prompt"] for p in prompts[:3]]
-    chats = [p["prompt"] for p in prompts[:3]]
-    assert [p.strong for p in out] == strong.generate(chats, max_new_tokens=8, temperature=1.0, seed=3)
-    assert [p.weak for p in out] == weak.generate(chats, max_new_tokens=8, temperature=1.0, seed=3)
-    assert any(p.strong != p.weak for p in out)  # different checkpoints, different answers
-
-
 @pytest.fixture(scope="module")
 def trained(pairs, dirs):
     train, heldout = pairs[:-100], pairs[-100:]
@@ -134,9 +104,9 @@ def test_pairwise_grpo_reward_is_binary(trained, prompts, dirs, tokenizer):
     # The reference against itself cannot beat itself (margin exactly 0), garbage loses to it.
     same = reward([p["prompt"] for p in prompts[:4]], refs, reference=refs)
     assert same == [0.0] * 4
-    cfg = PairwiseRLConfig(num_generations=4, max_completion_length=16, learning_rate=1e-3, max_steps=3,
-                           per_device_batch_size=8, save_steps=100)
-    result = run_grpo(dirs["base"], prompts[:16], [reward], grpo_settings(cfg), RUNTIME, dirs["root"] / "policy-pw",
+    grpo = GRPOSettings(num_generations=4, max_completion_length=16, learning_rate=1e-3, max_steps=3,
+                        per_device_batch_size=8, save_steps=100)
+    result = run_grpo(dirs["base"], prompts[:16], [reward], grpo, RUNTIME, dirs["root"] / "policy-pw",
                       stage="grpo-pairwise")
     _, rewards = result.series("reward")
     assert len(rewards) == 3 and all(0.0 <= r <= 1.0 for r in rewards)

@@ -6,46 +6,28 @@ from __future__ import annotations
 
 import pytest
 
-from forge.config import BaseModelConfig, PointwiseRLConfig, TrainingRuntimeConfig
-from forge.data import corpora as C
-from forge.data.pools import hh_chat, hh_preference
+from forge.config import BaseModelConfig, GRPOSettings, RewardModelSettings, TrainingRuntimeConfig
 from forge.generation.transformers_backend import TransformersBackend
 from forge.training.base_model import build_model
 from forge.training.checkpoints import save_atomically
-from forge.training.grpo import (
-    PointwiseRMReward,
+from forge.training.grpo import PointwiseRMReward, is_overlong, run_grpo
+from forge.training.pairs import (
+    FORGE_PAIR_SOURCE,
     build_rl_prompts,
-    grpo_settings,
-    is_overlong,
+    filter_pairs,
+    reference_over_weak,
     repetition_fraction,
-    run_grpo,
+    split_pairs,
+    to_preference_pairs,
 )
-from forge.training.pairwise_rm import FORGE_PAIR_SOURCE, filter_pairs, reference_over_weak, to_preference_pairs
-from forge.training.reward_model import RewardScorer, split_pairs, train_reward_model
+from forge.training.reward_model import RewardScorer, train_reward_model
 
 RUNTIME = TrainingRuntimeConfig()
-RM_CFG = PointwiseRLConfig(rm_max_steps=100, rm_learning_rate=1e-3, rm_batch_size=16, rm_max_length=256, save_steps=50)
-GRPO_CFG = PointwiseRLConfig(
+RM_CFG = RewardModelSettings(max_steps=100, learning_rate=1e-3, batch_size=16, max_length=256, save_steps=50)
+GRPO_CFG = GRPOSettings(
     num_generations=8, max_completion_length=32, learning_rate=3e-3, max_steps=40, per_device_batch_size=16,
     temperature=1.0, save_steps=100,
 )
-
-
-def _valid(make, items):
-    out = []
-    for i, item in enumerate(items):
-        try:
-            row = make(item, i)
-        except ValueError:  # pydantic: an empty HH turn; pools.py quarantines these
-            continue
-        if row is not None:
-            out.append(row)
-    return out
-
-
-@pytest.fixture(scope="module")
-def hh(workspace):
-    return C.load_hh(workspace.corpora)
 
 
 @pytest.fixture(scope="module")
@@ -55,19 +37,20 @@ def base_dir(tokenizer, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def hh_split(hh):
-    return split_pairs(_valid(hh_preference, hh), 200, seed=0)
+def hh_split(hh_preferences):
+    return split_pairs(hh_preferences, 200, seed=0)
 
 
 @pytest.fixture(scope="module")
-def forge_pairs(hh, hh_split, base_dir, tokenizer):
+def forge_pairs(hh_chats, hh_split, base_dir, tokenizer):
     """Reference-over-weak pairs: HH-RLHF's chosen answer (cut to 24 tokens) over the untrained base model's, on
     conversations outside the HH held-out set (their chosen answers must not leak into training)."""
     heldout = {p.parents[0] for p in hh_split[1]}
-    chats = [c for c in _valid(hh_chat, hh) if c.parents[0] not in heldout]
+    chats = [c for c in hh_chats if c.parents[0] not in heldout]
     prompts = build_rl_prompts(chats, tokenizer, max_prompts=300, max_prompt_tokens=96, seed=1)
-    raw = reference_over_weak(TransformersBackend(base_dir, batch_size=32), prompts, tokenizer, max_new_tokens=24,
-                              temperature=1.0, seed=0)
+    weak = TransformersBackend(base_dir, batch_size=32).generate([p["prompt"] for p in prompts], max_new_tokens=24,
+                                                                 temperature=1.0, seed=0)
+    raw = reference_over_weak(prompts, weak, tokenizer, budget=24)
     kept, counts = filter_pairs(raw)
     return raw, kept, counts
 
@@ -150,12 +133,12 @@ def test_is_overlong(ids, limit, expected):
     assert is_overlong(ids, limit, [9]) is expected
 
 
-def test_grpo_with_rm_reward_raises_mean_reward(hh, rm, base_dir, tokenizer, tmp_path):
-    prompts = build_rl_prompts(_valid(hh_chat, hh), tokenizer, max_prompts=64, max_prompt_tokens=96, seed=0)
+def test_grpo_with_rm_reward_raises_mean_reward(hh_chats, rm, base_dir, tokenizer, tmp_path):
+    prompts = build_rl_prompts(hh_chats, tokenizer, max_prompts=64, max_prompt_tokens=96, seed=0)
     assert len(prompts) == 64 and all(p["prompt"][-1]["role"] == "user" for p in prompts)
     reward = PointwiseRMReward(RewardScorer(rm.out_dir, max_length=256), GRPO_CFG.max_completion_length,
                                [tokenizer.eos_token_id])
-    result = run_grpo(base_dir, prompts, [reward], grpo_settings(GRPO_CFG), RUNTIME, tmp_path / "policy")
+    result = run_grpo(base_dir, prompts, [reward], GRPO_CFG, RUNTIME, tmp_path / "policy")
     steps, rewards = result.series("reward")
     assert steps == list(range(1, 41))
     assert result.window_mean("reward", 0.8, 1.0) > result.window_mean("reward", 0.0, 0.2), rewards

@@ -28,12 +28,12 @@ def humaneval_problems() -> list[Problem]:
 
 
 def _corpora() -> Path:
-    from forge.workspace import REPO_ROOT
+    from forge.workspace import Workspace
 
-    for candidate in (REPO_ROOT / "corpora", Path("/work/shared/data")):
-        if (candidate / "mbpp" / "mbpp.jsonl.gz").exists():
-            return candidate
-    raise FileNotFoundError("mbpp/mbpp.jsonl.gz not found under corpora/ (the checkout) or /work/shared/data")
+    corpora = Workspace.from_env().corpora
+    if not (corpora / "mbpp" / "mbpp.jsonl.gz").exists():
+        raise FileNotFoundError(f"{corpora / 'mbpp' / 'mbpp.jsonl.gz'} not found: corpora/ is incomplete")
+    return corpora
 
 
 def mbpp_problems(split: str = "test") -> list[Problem]:
