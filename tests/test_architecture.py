@@ -124,3 +124,13 @@ def test_the_checker_sees_an_import_inside_a_function(tmp_path, monkeypatch):
         assert any("_probe_for_test.py:2: generation imports forge.training.sft" in v for v in violations())
     finally:
         probe.unlink()
+
+
+def test_flows_pass_stage_inputs_by_keyword():
+    """Stage calls in flows/ name their inputs: no call there takes more than 4 positional arguments."""
+    long_calls = []
+    for path in sorted((REPO_ROOT / "flows").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and len(node.args) > 4:
+                long_calls.append(f"{path.name}:{node.lineno}: {len(node.args)} positional arguments")
+    assert long_calls == []

@@ -238,7 +238,9 @@ def registry_home(tmp_path_factory, seed):
         parent = "forge-base/1" if i == 1 else f"forge-policy/{i - 1}"
         v = client.create_model_version("forge-policy", str(checkpoint), run.info.run_id,
                                         tags={"forge.stage": "sft", "forge.parent_version": parent})
-        set_version_metrics("forge-policy", v.version, {"humaneval_pass_at_1": score, "sft_heldout_loss": 3.0 - i},
+        # every metric the tiny profile's gate declares (configs/tiny.yaml, promotion.metrics)
+        set_version_metrics("forge-policy", v.version, {"humaneval_pass_at_1": score, "mbpp_pass_at_1": score / 2,
+                                                        "forge_pass_at_1": score / 3, "sft_heldout_loss": 3.0 - i},
                             client=client)
     client.set_registered_model_alias("forge-policy", "champion", "1")
     client.set_registered_model_alias("forge-policy", "candidate", "2")
@@ -299,10 +301,11 @@ def test_evaluations_page_plots_metrics_across_versions(registry_home):
     at = _login(_app(), store.reviewer, store.reviewer_pw)
     at.switch_page("views/evaluations.py").run()
     assert not at.exception
-    assert [s.value for s in at.subheader] == ["humaneval_pass_at_1", "sft_heldout_loss"]
+    metrics = ["forge_pass_at_1", "humaneval_pass_at_1", "mbpp_pass_at_1", "sft_heldout_loss"]
+    assert sorted(s.value for s in at.subheader) == metrics
     table = at.dataframe[0].value
     assert table["metric:humaneval_pass_at_1"].tolist() == [0.30, 0.35, 0.33]
-    assert len(at.get("vega_lite_chart")) == 2
+    assert len(at.get("vega_lite_chart")) == len(metrics)
 
 
 def test_mixes_and_latest_run_pages(store, tmp_path, monkeypatch):
