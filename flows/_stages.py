@@ -105,7 +105,7 @@ class RecipeRun:
         with self.ctx.start_run(name, {STAGE_TAG: name, **(tags or {})}) as mlflow_run:
             yield RecipeRun(self.ctx.nested(mlflow_run.info.run_id, tags), self.summary)
 
-    def stage(self, name: str, task: Any, **inputs: Any) -> Any:
+    def stage(self, name: str, task: Any, /, **inputs: Any) -> Any:
         """Run ``task`` as stage ``name`` with keyword ``inputs`` (plus this run's ``ctx`` when the task takes one):
         record state, time and result in the summary, and recompute a cache hit whose files are gone."""
         if "ctx" in inspect.signature(task.fn).parameters:

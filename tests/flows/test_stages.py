@@ -1,0 +1,68 @@
+"""The stage contract under a real (temporary) Prefect server: a stage called through ``RecipeRun.stage`` gets the
+run's ``ctx``, is cached on its typed inputs but not on their MLflow run ids, records itself in the run summary, and
+a cached result whose files are gone is computed again."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from prefect import flow
+
+from flows._stages import RecipeRun, RunSummary
+from forge.stages import DataFile, DataMix
+from registry.tracking import StageContext
+from tasks._cache import cached_task
+
+CALLS: list[str] = []
+
+
+@cached_task(name="write-file", modules=("forge.stages",))
+def write_file_task(*, ctx: StageContext, data: DataMix, name: str) -> DataFile:
+    """Writes ``<mix_dir>/<name>.txt``; counts its calls (a cache hit does not run this body)."""
+    from pathlib import Path
+
+    CALLS.append(name)
+    path = Path(data.mix_dir) / f"{name}.txt"
+    path.write_text(f"{data.data_md5} {ctx.tags['forge.profile']}")
+    return DataFile(path=str(path), run_id=f"run-of-{name}", metrics={"bytes": float(path.stat().st_size)})
+
+
+@flow(name="stages-probe")
+def probe(run: RecipeRun, data: DataMix, name: str) -> DataFile:
+    return run.stage(f"write-{name}", write_file_task, data=data, name=name)
+
+
+@pytest.fixture(scope="module")
+def harness():
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+def test_a_stage_is_cached_on_its_inputs_recorded_and_recomputed_when_its_files_are_gone(harness, tmp_path):
+    summary = RunSummary(tmp_path / "runs", "flow-1", "ci", None)
+    run = RecipeRun(StageContext(tags={"forge.profile": "ci"}), summary)
+    data = DataMix(mix_dir=str(tmp_path), data_md5="abc.dir", run_id="the data stage's run")
+    name = f"probe-{tmp_path.name}"
+
+    first = probe(run, data, name)
+    assert CALLS == [name] and first.path.endswith(f"{name}.txt")
+    assert (tmp_path / f"{name}.txt").read_text() == "abc.dir ci"  # the ctx reached the task
+    record = json.loads((tmp_path / "runs" / "latest.json").read_text())["stages"][f"write-{name}"]
+    assert record["state"] == "completed" and record["run_id"] == f"run-of-{name}" and record["metrics"]["bytes"] > 0
+
+    # Same inputs, but the input result logged another MLflow run: still a cache hit.
+    again = probe(run, data.model_copy(update={"run_id": "a later run"}), name)
+    assert CALLS == [name] and again == first
+    assert json.loads((tmp_path / "runs" / "latest.json").read_text())["stages"][f"write-{name}"]["state"] == "cached"
+
+    # The cached result points at a file that is gone: computed again, not handed on.
+    (tmp_path / f"{name}.txt").unlink()
+    probe(run, data, name)
+    assert CALLS == [name, name] and (tmp_path / f"{name}.txt").exists()
+
+    # Another input value is another cache key.
+    probe(run, data.model_copy(update={"data_md5": "def.dir"}), name)
+    assert CALLS == [name, name, name]
