@@ -4,6 +4,7 @@ verdict with optimistic locking, every accepted edit is counted (no lost update)
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 import traceback
 
@@ -16,11 +17,18 @@ WRITERS, VERDICTS, SHARED_EDITS = 8, 300, 25
 
 
 def _writer(url: str, schema: str | None, worker: int, turn_ids: list[int], shared: int, out) -> None:
+    code = 0
     try:
         out.put((worker, _write(url, schema, worker, turn_ids, shared)))
     except BaseException:
         out.put((worker, traceback.format_exc()))
-        raise
+        code = 1
+    finally:
+        out.close()
+        out.join_thread()  # the result is sent before the process goes
+        # A forked child leaves without the parent's exit hooks: they would wait on threads the parent started
+        # (an in-process Prefect server's workers, thread pools), which the child does not have, and hang it.
+        os._exit(code)
 
 
 def _write(url: str, schema: str | None, worker: int, turn_ids: list[int], shared: int) -> int:
