@@ -50,6 +50,7 @@ class BadLine:
 class ReadResult(Generic[T]):
     path: Path
     rows: list[T] = field(default_factory=list)
+    line_nos: list[int] = field(default_factory=list)  # the 1-based line of each good row, parallel to rows
     bad: list[BadLine] = field(default_factory=list)
     n_total: int = 0
     quarantine_file: Path | None = None
@@ -122,6 +123,7 @@ def read_jsonl(
         row, errors = _validate(raw, schema, str(path), line_no)
         if row is not None:
             result.rows.append(row)
+            result.line_nos.append(line_no)
         result.bad.extend(errors)
     if quarantine_dir is not None and result.bad:
         result.quarantine_file = quarantine_lines(result.bad, Path(quarantine_dir), path)
