@@ -6,6 +6,7 @@
     forge ui                        Prefect UI and MLflow UI on 127.0.0.1
     forge promote / forge rollback  move `champion` through the promotion gate, or back
     forge data validate FILE --schema chat
+    forge eval score --suite math preds.jsonl       score a file of predictions (forge/evals/scoring.py)
 
 Prefect and MLflow read their settings when imported, so every command points them at the workspace first
 and imports them lazily.
@@ -29,6 +30,7 @@ from rich.table import Table
 
 from forge.code.cli import app as sandbox_app
 from forge.data.cli import app as data_app
+from forge.evals.cli import app as eval_app
 from forge.review.cli import app as review_app
 from forge.search.cli import synth_app, tools_app
 from forge.workspace import configure_environment
@@ -39,6 +41,7 @@ app.add_typer(sandbox_app, name="sandbox", help="Run untrusted code in the sandb
 app.add_typer(tools_app, name="tools", help="The offline deep-search tools (search, visit).")
 app.add_typer(synth_app, name="synth", help="Synthesize training data (forge synth search --n 200).")
 app.add_typer(review_app, name="review", help="Review store and dashboard: users, serve, agreement.")
+app.add_typer(eval_app, name="eval", help="Score predictions (forge eval score --suite math preds.jsonl).")
 console = Console()
 
 
