@@ -58,11 +58,12 @@ def score(
         raise typer.Exit(2)
     rows, summary = score_file(suite, file, time_limit=time_limit)
     for line in summary["bad_lines"][:SHOW_BAD]:
-        console.print(Text(line, style="yellow"))
+        # One line per problem, never wrapped: `file:line: field: reason` stays greppable.
+        console.print(Text(line, style="yellow"), soft_wrap=True)
     if len(summary["bad_lines"]) > SHOW_BAD:
         console.print(f"... and {len(summary['bad_lines']) - SHOW_BAD} more problems")
     if not rows:
-        console.print(Text(f"{file}: no row could be scored", style="red"))
+        console.print(Text(f"{file}: no row could be scored", style="red"), soft_wrap=True)
         raise typer.Exit(2)
     target = out or default_out(file)
     write_jsonl(target, rows)
@@ -71,7 +72,7 @@ def score(
         table.add_column(col, justify="right")
     table.add_row(str(summary["n"]), str(summary["correct"]), f"{summary['accuracy']:.2%}", str(summary["bad_rows"]))
     console.print(table)
-    console.print(f"verdicts written to {target}")
+    console.print(f"verdicts written to {target}", soft_wrap=True)
 
 
 if __name__ == "__main__":

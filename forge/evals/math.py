@@ -53,7 +53,8 @@ def _final_part(text: str) -> str:
 
 
 def _tidy(answer: str) -> str:
-    answer = answer.strip().strip("*").strip()
+    """``**$x=3$**.`` → ``x=3``: the sentence's period, bold and dollars around an answer are not part of it."""
+    answer = answer.strip().rstrip(".").strip().strip("*").strip()
     answer = answer.removeprefix("$").removesuffix("$").strip() if answer.count("$") == 2 else answer.strip("$ ")
     return answer.rstrip(".").strip()
 
