@@ -135,8 +135,9 @@ def call_mismatch(call: Mapping, gold: Mapping, tools: Mapping[str, Mapping]) ->
     return None
 
 
-def _perfect_matching(ok: list[list[bool]]) -> bool:
-    """Can every predicted call (row) be paired with a distinct gold call (column) it matches? (Kuhn's algorithm.)"""
+def _matching(ok: list[list[bool]]) -> dict[int, int]:
+    """A maximum pairing of predicted calls (rows) with distinct gold calls (columns) they match, as
+    ``{gold: predicted}`` (Kuhn's augmenting paths; a handful of calls per row)."""
     owner: dict[int, int] = {}
 
     def place(row: int, seen: set[int]) -> bool:
@@ -148,7 +149,13 @@ def _perfect_matching(ok: list[list[bool]]) -> bool:
                     return True
         return False
 
-    return all(place(row, set()) for row in range(len(ok)))
+    for row in range(len(ok)):
+        place(row, set())
+    return owner
+
+
+def _calls(n: int) -> str:
+    return f"{n} call" if n == 1 else f"{n} calls"
 
 
 def score_tool_calls(tools: Sequence[Mapping], gold_calls: Sequence[Mapping], prediction: str) -> Score:
@@ -156,13 +163,12 @@ def score_tool_calls(tools: Sequence[Mapping], gold_calls: Sequence[Mapping], pr
     calls = [c.model_dump() for c in parse_assistant_text(prediction).tool_calls]
     by_name = {_spec(t)["name"]: t for t in tools}
     if len(calls) != len(gold_calls):
-        return Score.wrong(f"{len(calls)} calls, expected {len(gold_calls)}", calls)
+        return Score.wrong(f"{_calls(len(calls))}, expected {len(gold_calls)}", calls)
     reasons = [[call_mismatch(call, gold, by_name) for gold in gold_calls] for call in calls]
-    if _perfect_matching([[r is None for r in row] for row in reasons]):
+    owner = _matching([[r is None for r in row] for row in reasons])
+    if len(owner) == len(calls):
         return Score.right(calls)
-    for i, (call, row) in enumerate(zip(calls, reasons, strict=True), start=1):
-        if all(r is not None for r in row):
-            # Against the gold call of the same function when there is one: its reason is the informative one.
-            same = [r for r, gold in zip(row, gold_calls, strict=True) if gold["name"] == call["name"]]
-            return Score.wrong(f"call {i}: {(same or row)[0]}", calls)
-    return Score.wrong("calls repeat one gold call and miss another", calls)
+    # The first call left without a gold call, against the first gold call left without a predicted one.
+    call = min(set(range(len(calls))) - set(owner.values()))
+    gold = min(set(range(len(gold_calls))) - set(owner))
+    return Score.wrong(f"call {call + 1}: {reasons[call][gold]}", calls)
