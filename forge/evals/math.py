@@ -14,21 +14,29 @@ Percent: a ``%`` or ``\\%`` is dropped from both sides before comparing, the con
 (an answer asked "in percent" is graded on its number): ``50\\%`` matches a gold ``50`` or ``50\\%``, not ``1/2``.
 
 math-verify's own timeouts use SIGALRM, which only works on the main thread, so they are switched off
-(``parsing_timeout=None, timeout_seconds=None``) and each check runs in a daemon thread that is abandoned after
-``time_limit`` seconds. A check stuck inside one C call that holds the GIL (a huge integer power) is not
-interrupted until that call returns; everything sympy does in Python is.
+(``parsing_timeout=None, timeout_seconds=None``) and the checks run in one worker process (:class:`Checker`,
+started at the first check), killed and replaced when a check runs past ``time_limit`` seconds. A thread could
+not do it: ``2^{10^{10}}`` is a single integer power that holds the GIL for about 20 s, so a thread's timeout only
+fires after it. Scoring from several threads is safe (the worker takes one check at a time).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import re
+import select
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 from forge.data.corpora import last_boxed
 from forge.evals.score import Score
 
 DEFAULT_TIME_LIMIT = 10.0  # seconds per row; MATH-500 answers verify in milliseconds
+STARTUP_LIMIT = 120.0  # seconds for a fresh worker to import sympy and math-verify (not charged to a row)
 MAX_ANSWER_CHARS = 1_000  # longer "answers" are rambling, not a final answer, and only slow sympy down
 
 _ANSWER_IS = re.compile(r"(?:the\s+(?:final\s+)?answer\s+is|answer\s*:)\s*:?\s*(.+)", re.IGNORECASE)
@@ -37,7 +45,7 @@ _THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 
 
 class _OwnTimeout(logging.Filter):
-    """Drops math-verify's "Timeout is disabled" warning: the time limit here is ours (run_with_time_limit)."""
+    """Drops math-verify's "Timeout is disabled" warning: the time limit here is ours (Checker)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not record.getMessage().startswith("Timeout is disabled")
@@ -103,28 +111,84 @@ def equivalent(gold: str, answer: str) -> bool:
     return _loose(gold_n) == _loose(answer_n)
 
 
-def run_with_time_limit(fn, *args, seconds: float):
-    """``(finished, value)``: ``fn(*args)`` run in a daemon thread, given up on after ``seconds``.
+def serve() -> None:
+    """The worker's loop (run by :class:`Checker` as ``python -c``): a JSON line ``[gold, answer]`` in on stdin,
+    ``["ok", same]`` or ``["error", exception name]`` out on stdout, until stdin closes."""
+    import math_verify  # noqa: F401 - imported before "ready", so no row pays for it
 
-    A daemon thread, not an executor: a thread still busy with an abandoned check must not keep the process
-    alive at exit. An exception inside ``fn`` is raised here.
-    """
-    box: dict = {}
-
-    def target():
+    # The protocol owns the real stdout; anything a library prints goes to stderr instead.
+    out = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    out.write('["ready", null]\n')
+    out.flush()
+    for line in sys.stdin:
+        gold, answer = json.loads(line)
         try:
-            box["value"] = fn(*args)
-        except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
-            box["error"] = err
+            reply = ["ok", equivalent(gold, answer)]
+        except Exception as err:  # noqa: BLE001 - a parser crash on untrusted output is that row's verdict
+            reply = ["error", type(err).__name__]
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
 
-    worker = threading.Thread(target=target, name="forge-math-verify", daemon=True)
-    worker.start()
-    worker.join(seconds)
-    if worker.is_alive():
-        return False, None
-    if "error" in box:
-        raise box["error"]
-    return True, box["value"]
+
+class Checker:
+    """:func:`equivalent` in a worker process, killed past a row's limit and started again for the next row.
+
+    A plain subprocess (``python -c``), not multiprocessing: spawn would re-run the caller's ``__main__`` (a
+    script without a main guard would score itself recursively) and fork would copy locks held by the caller's
+    other threads (Prefect, logging).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+
+    def _start(self) -> None:
+        root = str(Path(__file__).resolve().parents[2])  # the directory holding the forge package
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", "from forge.evals.math import serve; serve()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True,
+        )
+        if self._reply(STARTUP_LIMIT) != ["ready", None]:
+            self.stop()
+            raise RuntimeError(f"the math-verify worker did not start in {STARTUP_LIMIT:.0f} s")
+
+    def _reply(self, seconds: float) -> list | None:
+        """The worker's next line, or None when it wrote none within ``seconds`` (or died)."""
+        ready, _, _ = select.select([self._proc.stdout], [], [], seconds)
+        line = self._proc.stdout.readline() if ready else ""
+        return json.loads(line) if line else None
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            self._proc.stdin.close()
+            self._proc.stdout.close()
+        self._proc = None
+
+    def check(self, gold: str, answer: str, seconds: float) -> tuple[str, bool | str | None]:
+        """``("ok", same)``, ``("error", exception name)``, or ``("timeout", None)`` after ``seconds``."""
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self.stop()
+                self._start()
+            try:
+                self._proc.stdin.write(json.dumps([gold, answer]) + "\n")
+                self._proc.stdin.flush()
+            except BrokenPipeError:
+                reply = None
+            else:
+                reply = self._reply(seconds)
+            if reply is None:
+                died = self._proc.poll() is not None  # out of memory, say: not the answer's fault alone
+                self.stop()
+                return ("error", "worker died") if died else ("timeout", None)
+            return reply[0], reply[1]
+
+
+CHECKER = Checker()
 
 
 def score_math(gold: str, prediction: str, *, time_limit: float = DEFAULT_TIME_LIMIT) -> Score:
@@ -135,10 +199,9 @@ def score_math(gold: str, prediction: str, *, time_limit: float = DEFAULT_TIME_L
         return Score.wrong("no answer found")
     if len(answer) > MAX_ANSWER_CHARS:
         return Score.wrong("answer too long", answer[:MAX_ANSWER_CHARS])
-    try:
-        finished, same = run_with_time_limit(equivalent, str(gold), answer, seconds=time_limit)
-    except Exception as err:  # noqa: BLE001 - a parser crash on untrusted output is a wrong answer
-        return Score.wrong(f"unreadable answer: {type(err).__name__}", answer)
-    if not finished:
+    kind, value = CHECKER.check(str(gold), answer, time_limit)
+    if kind == "timeout":
         return Score.wrong("timeout", answer)
-    return Score.right(answer) if same else Score.wrong(f"wrong answer: {answer}", answer)
+    if kind == "error":
+        return Score.wrong(f"unreadable answer: {value}", answer)
+    return Score.right(answer) if value else Score.wrong(f"wrong answer: {answer}", answer)

@@ -14,7 +14,8 @@ Row formats (extra fields, such as an id, are ignored):
   ``prediction``, forge/evals/tool_calls.py.
 
 Lines are read with forge/data/jsonl.py: a bad line is named by file, line and field and the good ones are still
-scored. Math rows are checked one at a time, each in its own thread under ``time_limit`` seconds. The `forge eval
+scored. Math rows are checked one at a time in a worker process, each under ``time_limit`` seconds
+(forge/evals/math.py). The `forge eval
 score` command and the evaluation run call the same scorers.
 """
 

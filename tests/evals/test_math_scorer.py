@@ -1,4 +1,4 @@
-"""The math scorer: final-answer extraction from raw output, math-verify equivalence, and the per-row time limit.
+"""The math scorer: final-answer extraction from raw output, math-verify equivalence, and the per-row time limit (a worker process killed past it).
 
 PYTHONPATH=$PWD .venv/bin/pytest tests/evals/test_math_scorer.py -q
 """
@@ -84,11 +84,16 @@ def test_real_gold_answers_score_100_percent_boxed_and_0_percent_when_swapped(wo
 
 
 def test_a_check_past_its_time_limit_is_a_timeout_not_a_hang():
-    # A rational sum sympy adds term by term in Python (so the limit can give up on it): about 3 s on 2 cores.
+    assert score_math("1", "\\boxed{1}").correct  # the worker started, so its start-up is not timed below
+    # A rational sum sympy adds term by term: about 3 s on 2 cores.
     slow = "\\boxed{\\sum_{n=1}^{3000} \\frac{1}{n^2+1}}"
     start = time.monotonic()
     score = score_math("5", slow, time_limit=0.3)
     assert time.monotonic() - start < 2.0
     assert (score.correct, score.reason) == (False, "timeout")
-    # The abandoned check does not stop the next row.
+    # One integer power that holds the GIL for ~20 s: only a killed process gives it up in time.
+    start = time.monotonic()
+    assert score_math("5", "\\boxed{2^{10^{10}}}", time_limit=0.5).reason == "timeout"
+    assert time.monotonic() - start < 5.0  # the limit, a new worker's start-up, and slack
+    # The killed worker is replaced for the next row.
     assert score_math("1/2", "\\boxed{0.5}").correct
