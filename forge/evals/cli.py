@@ -47,7 +47,9 @@ def score(
     file: Annotated[Path, typer.Argument(help="A .jsonl file of predictions (rows: forge/evals/scoring.py).")],
     suite: Annotated[str, typer.Option("--suite", "-s", help=f"Scorer: {', '.join(SCORERS)}.")],
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Verdicts (default: FILE.scored.jsonl).")] = None,
-    time_limit: Annotated[float, typer.Option(help="Seconds per math row before it is a timeout.")] = DEFAULT_TIME_LIMIT,
+    time_limit: Annotated[
+        float, typer.Option(help="Seconds per math row before it is a timeout.")
+    ] = DEFAULT_TIME_LIMIT,
 ) -> None:
     """Score a file of predictions: one verdict per row to --out, the summary printed."""
     if suite not in SCORERS:

@@ -1,4 +1,5 @@
-"""The math scorer: final-answer extraction from raw output, math-verify equivalence, and the per-row time limit (a worker process killed past it).
+"""The math scorer: final-answer extraction from raw output, math-verify equivalence, and the per-row time limit
+(a worker process killed past it).
 
 PYTHONPATH=$PWD .venv/bin/pytest tests/evals/test_math_scorer.py -q
 """

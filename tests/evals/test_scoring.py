@@ -53,7 +53,8 @@ def tool_rows(workspace, good: bool) -> list[dict]:
         expression = r["answer"].split("<<", 1)[1].split("=", 1)[0]
         gold = {"name": "calculator", "arguments": {"expression": expression}}
         said = gold if good else {"name": "calculator", "arguments": {"expression": expression + "+1"}}
-        rows.append({"tools": [TOOL], "gold_calls": [gold], "prediction": format_assistant_text("", "Compute.", [said])})
+        prediction = format_assistant_text("", "Compute.", [said])
+        rows.append({"tools": [TOOL], "gold_calls": [gold], "prediction": prediction})
     return rows
 
 
