@@ -20,7 +20,7 @@ def _writer(url: str, schema: str | None, worker: int, turn_ids: list[int], shar
     code = 0
     try:
         out.put((worker, _write(url, schema, worker, turn_ids, shared)))
-    except BaseException:
+    except BaseException:  # noqa: BLE001 - whatever ends a writer is reported to the parent
         out.put((worker, traceback.format_exc()))
         code = 1
     finally:
