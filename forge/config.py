@@ -11,6 +11,7 @@ recipe; a run may override single fields on top of its profile (the recipe flow'
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -450,6 +451,30 @@ def _in_overrides(loc: tuple, overrides: dict[str, Any]) -> bool:
     return True
 
 
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    """The config model a location inside :class:`RecipeConfig` points into (None past a list, dict or value)."""
+    model: type[BaseModel] = RecipeConfig
+    for part in loc:
+        field = model.model_fields.get(str(part)) if isinstance(part, str) else None
+        annotation = field.annotation if field else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return None
+        model = annotation
+    return model
+
+
+def _explain(error: dict) -> str:
+    """pydantic's message, plus the closest valid key for an unknown one and the value given for a wrong one."""
+    loc = tuple(error["loc"])
+    if error["type"] == "extra_forbidden":
+        model = _model_at(loc[:-1])
+        close = difflib.get_close_matches(str(loc[-1]), list(model.model_fields), n=1) if model else []
+        return f"unknown key{f': did you mean {close[0]!r}?' if close else ''}"
+    if error["type"].endswith(("_type", "_parsing", "literal_error")) and "input" in error:
+        return f"{error['msg']} (got {error['input']!r})"
+    return error["msg"]
+
+
 def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None) -> RecipeConfig:
     """Load ``configs/<name>.yaml`` (or a YAML path) into a validated :class:`RecipeConfig`.
 
@@ -468,5 +493,5 @@ def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
         for e in err.errors():
             where = ".".join(str(p) for p in e["loc"]) or "<root>"
             origin = " (from overrides)" if _in_overrides(e["loc"], extra) else ""
-            lines.append(f"{path}: {where}{origin}: {e['msg']}")
+            lines.append(f"{path}: {where}{origin}: {_explain(e)}")
         raise ConfigError("\n".join(lines)) from None

@@ -88,3 +88,17 @@ def test_every_config_field_is_read_somewhere():
                 if not re.search(rf"\.{field}\b|[\"']{field}[\"']", sources):
                     unread.append(f"{cls.__name__}.{field}")
     assert not unread, unread
+
+
+@pytest.mark.parametrize("yaml_text, expected", [
+    ("sft: {packng: true}", "sft.packng: unknown key: did you mean 'packing'?"),  # a typo: the closest key
+    ("pointwise_rl: {grpo: {bta: 0.1}}", "pointwise_rl.grpo.bta: unknown key: did you mean 'beta'?"),
+    ("pointwise_rl: {grpo: {max_steps: many}}", "pointwise_rl.grpo.max_steps: Input should be a valid integer"),
+    ("promotion: {metrics: {x: {direction: up}}}", "'higher' or 'lower' (got 'up')"),  # the value given is named
+])
+def test_a_bad_key_or_value_is_explained(tmp_path, yaml_text, expected):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(ConfigError) as err:
+        load_profile(path)
+    assert f"{path}: " in str(err.value) and expected in str(err.value)

@@ -69,10 +69,14 @@ class ReadResult(Generic[T]):
         return self.n_bad / self.n_total if self.n_total else 0.0
 
 
-def _open_text(path: Path):
-    if path.name.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
+def _open_bytes(path: Path):
+    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
+
+
+class _NotUTF8(str):
+    """A line whose bytes are not UTF-8, kept as a readable stand-in (undecodable bytes replaced) with the reason."""
+
+    reason: str
 
 
 def _loc(loc: tuple) -> str:
@@ -80,6 +84,8 @@ def _loc(loc: tuple) -> str:
 
 
 def _validate(raw: str, schema: type[T], path: str, line_no: int) -> tuple[T | None, list[BadLine]]:
+    if isinstance(raw, _NotUTF8):
+        return None, [BadLine(path, line_no, "<encoding>", raw.reason, raw)]
     try:
         obj = json.loads(raw)
     except json.JSONDecodeError as err:
@@ -93,10 +99,21 @@ def _validate(raw: str, schema: type[T], path: str, line_no: int) -> tuple[T | N
 
 
 def iter_raw_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(1-based line number, line without its newline) for every non-blank line; gz or plain."""
-    with _open_text(path) as fh:
-        for i, line in enumerate(fh, start=1):
-            line = line.rstrip("\r\n")
+    """(1-based line number, line without its newline) for every non-blank line; gz or plain.
+
+    Each line is decoded on its own, so bytes that are not UTF-8 spoil only their line (it comes back as a
+    :class:`_NotUTF8` that validation reports as ``<encoding>``); a byte-order mark opening the file is dropped.
+    """
+    with _open_bytes(path) as fh:
+        for i, data in enumerate(fh, start=1):
+            if i == 1:
+                data = data.removeprefix(b"\xef\xbb\xbf")
+            data = data.rstrip(b"\r\n")
+            try:
+                line = data.decode("utf-8")
+            except UnicodeDecodeError as err:
+                line = _NotUTF8(data.decode("utf-8", errors="replace"))
+                line.reason = f"not UTF-8: byte 0x{data[err.start]:02x} at column {err.start + 1}"
             if line.strip():
                 yield i, line
 

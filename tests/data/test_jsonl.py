@@ -109,3 +109,17 @@ def test_trajectory_rows_carry_their_tools_and_validate(tmp_path):
     assert runner.invoke(app, ["validate", str(good), "--schema", "trajectory"]).exit_code == 0
     refused = runner.invoke(app, ["validate", str(bad), "--schema", "trajectory"])
     assert refused.exit_code == 1 and "search" in refused.output
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
+def test_bytes_that_are_not_utf8_spoil_only_their_line(tmp_path, suffix):
+    good = ChatSample.build(domain="general", source="t", messages=[
+        Message(role="user", content="hi"), Message(role="assistant", content="héllo")])
+    body = (b"\xef\xbb\xbf" + good.model_dump_json().encode() + b"\n"  # a byte-order mark opens the file
+            + b'{"id": "\xff\xfe", "broken": true}\n'  # Latin-1 bytes: not UTF-8
+            + good.model_dump_json().encode() + b"\r\n")  # CRLF line end
+    path = tmp_path / f"mixed{suffix}"
+    path.write_bytes(gzip.compress(body) if suffix.endswith(".gz") else body)
+    res = read_jsonl(path, ChatSample)
+    assert res.rows == [good, good] and res.line_nos == [1, 3]
+    assert [str(b) for b in res.bad] == [f"{path}:2: <encoding>: not UTF-8: byte 0xff at column 9"]
