@@ -33,17 +33,26 @@ def _oidc_user() -> SignedIn | None:
 
 
 def _password_login() -> None:
-    from forge.review import authenticate, session_scope
+    from forge.review import LoginThrottled, authenticate, session_scope
 
     name = st.session_state.get("login_name", "").strip()
     password = st.session_state.get("login_password", "")
     st.session_state["login_password"] = ""  # never kept past this attempt
-    with session_scope(engine()) as s:
-        reviewer = authenticate(s, name, password) if name and password else None
-        if reviewer is not None:
-            sign_in(SignedIn(reviewer.name, reviewer.role))
+    ip = getattr(st.context, "ip_address", None)  # the browser's address; not a string under AppTest
+    client = ip if isinstance(ip, str) else None
+    signed_in = None
+    with session_scope(engine()) as s:  # caught inside, so the throttled attempt's audit row is committed
+        try:
+            reviewer = authenticate(s, name, password, client=client) if name and password else None
+        except LoginThrottled as err:
+            st.session_state["login_failed"] = str(err).capitalize() + "."
             return
-    st.session_state["login_failed"] = True
+        if reviewer is not None:
+            signed_in = SignedIn(reviewer.name, reviewer.role)
+    if signed_in is not None:
+        sign_in(signed_in)
+        return
+    st.session_state["login_failed"] = FAILED
 
 
 def login_gate() -> SignedIn | None:
@@ -61,8 +70,9 @@ def login_gate() -> SignedIn | None:
         st.text_input("Username", key="login_name", autocomplete="username")
         st.text_input("Password", key="login_password", type="password", autocomplete="current-password")
         st.form_submit_button("Log in", on_click=_password_login, type="primary")
-    if st.session_state.pop("login_failed", False):
-        st.error(FAILED)
+    failed = st.session_state.pop("login_failed", None)
+    if failed:
+        st.error(failed)
     if oidc_configured():
         st.button("Log in with SSO", on_click=st.login)
     return None

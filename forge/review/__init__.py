@@ -5,7 +5,15 @@ verdicts on turns and whole trajectories, assignments, an audit trail; agreement
 """
 
 from forge.review.agreement import AgreementStat, cohen_kappa, critic_agreement, human_agreement, human_pair_agreement
-from forge.review.auth import ROLES, UserError, authenticate, create_user, require_admin, user_for_oidc
+from forge.review.auth import (
+    ROLES,
+    LoginThrottled,
+    UserError,
+    authenticate,
+    create_user,
+    require_admin,
+    user_for_oidc,
+)
 from forge.review.repository import (
     DIMENSIONS,
     StaleVerdictError,
@@ -41,6 +49,7 @@ __all__ = [
     "DIMENSIONS",
     "ROLES",
     "AgreementStat",
+    "LoginThrottled",
     "Progress",
     "QueueItem",
     "StaleVerdictError",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -84,6 +85,16 @@ def test_wrong_password_shows_an_error_and_nothing_else(store):
     assert _labels(at) == ["Log in"] and store.questions["holiday"] not in _all_text(at)
     at = _login(_app(), "nobody-at-all", store.reviewer_pw)
     assert [e.value for e in at.error] == ["Unknown user or wrong password."]
+
+
+def test_repeated_wrong_passwords_are_slowed_down(store):
+    from forge.review.auth import FREE_FAILURES
+
+    name = f"guess-{uuid.uuid4().hex[:6]}"  # a name of its own: other tests' attempts do not count here
+    for _ in range(FREE_FAILURES):
+        assert [e.value for e in _login(_app(), name, "wrong password").error] == ["Unknown user or wrong password."]
+    errors = [e.value for e in _login(_app(), name, "wrong password").error]
+    assert len(errors) == 1 and errors[0].startswith("Too many failed logins: try again in"), errors
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -96,3 +96,57 @@ def test_add_user_command(tmp_path):
     with session_scope(engine) as s:
         assert authenticate(s, "grace", "grace's password").is_admin
     engine.dispose()
+
+
+def _attempt(engine, name, password, at, client=None):
+    """One login at time ``at``: the reviewer, None, or the LoginThrottled it raised (its audit row committed)."""
+    from forge.review import LoginThrottled
+
+    with session_scope(engine) as s:
+        try:
+            user = authenticate(s, name, password, client=client, now=at)
+            return user.name if user else None
+        except LoginThrottled as err:
+            return err
+
+
+def test_password_guessing_slows_down_then_locks(engine):
+    from datetime import UTC, datetime, timedelta
+
+    from forge.review import LoginThrottled
+    from forge.review.auth import FREE_FAILURES, LOCK_AFTER, LOCK_SECONDS
+
+    with session_scope(engine) as s:
+        create_user(s, "erin", password="erin's long password")
+    t0 = datetime.now(UTC)
+    at = [t0 + timedelta(seconds=i) for i in range(FREE_FAILURES)]
+    assert [_attempt(engine, "erin", "guess", t) for t in at] == [None] * FREE_FAILURES  # free failures
+    slowed = _attempt(engine, "erin", "erin's long password", at[-1] + timedelta(seconds=0.5))
+    assert isinstance(slowed, LoginThrottled) and not slowed.locked  # even the right password waits its turn
+    t = at[-1] + timedelta(seconds=1.5)  # the 1 s wait is over
+    assert _attempt(engine, "erin", "erin's long password", t) == "erin"  # success clears the count
+    for i in range(LOCK_AFTER):  # guess at the pace the back-off allows: 1, 2, 4 ... s apart
+        t += timedelta(seconds=2 ** max(0, i - FREE_FAILURES + 1) + 0.1)
+        assert _attempt(engine, "erin", "guess", t) is None
+    locked = _attempt(engine, "erin", "erin's long password", t + timedelta(seconds=600))
+    assert isinstance(locked, LoginThrottled) and locked.locked and locked.retry_after > 200
+    assert _attempt(engine, "erin", "erin's long password", t + timedelta(seconds=LOCK_SECONDS + 1)) == "erin"
+    with session_scope(engine) as s:
+        actions = [e.action for e in s.query(AuditEvent).filter(AuditEvent.actor == "erin")]
+    assert actions.count("login-throttled") == 2 and actions.count("login-failed") == FREE_FAILURES + LOCK_AFTER
+
+
+def test_guessing_from_one_client_is_slowed_across_names(engine):
+    from datetime import UTC, datetime, timedelta
+
+    from forge.review import LoginThrottled
+    from forge.review.auth import FREE_FAILURES
+
+    with session_scope(engine) as s:
+        create_user(s, "frank", password="frank's long password")
+    t0 = datetime.now(UTC)
+    for i in range(FREE_FAILURES):  # a different name each time, one address
+        assert _attempt(engine, f"user{i}", "guess", t0 + timedelta(seconds=i), client="10.0.0.9") is None
+    later = t0 + timedelta(seconds=FREE_FAILURES - 0.5)
+    assert isinstance(_attempt(engine, "frank", "frank's long password", later, client="10.0.0.9"), LoginThrottled)
+    assert _attempt(engine, "frank", "frank's long password", later, client="10.0.0.1") == "frank"  # others: fine
