@@ -155,15 +155,30 @@ def status(as_json: bool = typer.Option(False, "--json", help="Print the raw sum
     _print_stages(summary["stages"])
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:  # the whole group is gone already
+        pass
+
+
 @app.command()
 def ui(prefect_port: int = 4200, mlflow_port: int = 5000) -> None:
-    """Start the Prefect server and the MLflow UI on 127.0.0.1 (Ctrl-C stops both)."""
+    """Start the Prefect server and the MLflow UI on 127.0.0.1; Ctrl-C or SIGTERM stops both, workers included."""
     ws = configure_environment()
+    # Each server runs in a process group of its own (their workers with them), stopped as a group from here:
+    # a SIGTERM from a service manager reaches only this process and must not leave the servers orphaned.
+    signal.signal(signal.SIGTERM, _interrupt)
     bindir = Path(sys.executable).parent
     env = {**os.environ, "PREFECT_SERVER_API_HOST": "127.0.0.1", "PREFECT_SERVER_API_PORT": str(prefect_port)}
     procs = [
         subprocess.Popen(
-            [str(bindir / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(prefect_port)], env=env
+            [str(bindir / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(prefect_port)], env=env,
+            start_new_session=True,
         ),
         subprocess.Popen(
             [
@@ -179,23 +194,24 @@ def ui(prefect_port: int = 4200, mlflow_port: int = 5000) -> None:
                 str(mlflow_port),
             ],
             env=env,
+            start_new_session=True,
         ),
     ]
     console.print(f"Prefect UI  http://127.0.0.1:{prefect_port}\nMLflow UI   http://127.0.0.1:{mlflow_port}")
     console.print(f"(to run flows against this server: export PREFECT_API_URL=http://127.0.0.1:{prefect_port}/api)")
     try:
-        os.wait()  # returns when either server exits; Ctrl-C (SIGINT) interrupts it
+        os.wait()  # returns when either server exits; Ctrl-C (SIGINT) or SIGTERM interrupts it
     except KeyboardInterrupt:
         console.print("stopping")
     finally:
         for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)
+            _stop_group(p, signal.SIGINT)
         for p in procs:
             try:
                 p.wait(timeout=15)
             except subprocess.TimeoutExpired:
-                p.kill()
+                pass
+            _stop_group(p, signal.SIGKILL)  # whatever of the group is still there (workers outliving the leader)
 
 
 def _client_and_policy(profile: str):

@@ -62,8 +62,18 @@ def _wait_http(url: str, deadline: float) -> int:
     return 0
 
 
+def _refused(port: int, deadline: float) -> bool:
+    """True once nothing listens on ``port`` any more (before ``deadline``)."""
+    while time.time() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) != 0:
+                return True
+        time.sleep(0.5)
+    return False
+
+
 @pytest.mark.slow
-def test_forge_ui_serves_prefect_and_mlflow_on_loopback(tmp_path):
+def test_forge_ui_serves_prefect_and_mlflow_on_loopback_and_stops_them_on_sigterm(tmp_path):
     prefect_port, mlflow_port = _free_port(), _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_"))}
     env["FORGE_HOME"] = str(tmp_path / "home")
@@ -76,11 +86,12 @@ def test_forge_ui_serves_prefect_and_mlflow_on_loopback(tmp_path):
         deadline = time.time() + 120
         assert _wait_http(f"http://127.0.0.1:{mlflow_port}/health", deadline) == 200
         assert _wait_http(f"http://127.0.0.1:{prefect_port}/api/health", deadline) == 200
+        proc.send_signal(signal.SIGTERM)  # to `forge ui` alone, as a service manager stops it
+        out = proc.communicate(timeout=60)[0]
+        # Both servers went with it, workers included: nothing answers on either port.
+        assert _refused(mlflow_port, time.time() + 30) and _refused(prefect_port, time.time() + 30)
     finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            out = proc.communicate(timeout=60)[0]
-        except subprocess.TimeoutExpired:
+        if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-            out = proc.communicate()[0]
     assert f"http://127.0.0.1:{prefect_port}" in out and f"http://127.0.0.1:{mlflow_port}" in out
+    assert "stopping" in out
