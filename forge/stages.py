@@ -130,7 +130,7 @@ class SearchShard(StageResult):
 
 
 class DataFile(StageResult):
-    """A data file a stage wrote (refinement traces, refined pairs, reconstructed SFT rows), with counts."""
+    """A data file or versioned data folder a stage wrote (reconstructed SFT rows, code data), with counts."""
 
     path: str
     counts: dict[str, int] = Field(default_factory=dict)

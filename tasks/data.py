@@ -57,8 +57,9 @@ def version_data_task(*, ctx: StageContext, mix: Mix) -> DataMix:
     ensure_dvc(ws.root, ws.dvc_remote)
     md5 = version_data(ws.root)
     manifest = mix.manifest
-    metrics = {f"{domain}_{key}": row[field] for domain, row in manifest["domains"].items()
-               for key, field in (("tokens", "tokens"), ("share", "actual_share"))}
+    metrics = {}
+    for domain, row in manifest["domains"].items():
+        metrics |= {f"{domain}_tokens": row["tokens"], f"{domain}_share": row["actual_share"]}
     review = manifest.get("review") or {}
     metrics |= {f"review_{k}": v for k, v in review.items() if isinstance(v, int | float)}
     with ctx.start_run("data", {STAGE_TAG: "data", DATA_MD5_TAG: md5}) as run:

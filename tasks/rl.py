@@ -43,15 +43,6 @@ def _answers(backend: Any, prompts: list[dict], generation: GenerationConfig, ma
                             temperature=generation.temperature, top_p=generation.top_p, seed=seed)
 
 
-def _rl_prompts(tokenizer: Any, data: DataMix, max_prompts: int, max_prompt_tokens: int, seed: int | str
-                ) -> list[dict]:
-    from forge.data.mix import read_mix
-    from forge.training.pairs import build_rl_prompts
-
-    return build_rl_prompts(read_mix(data.mix_dir)[0], tokenizer, max_prompts=max_prompts,
-                            max_prompt_tokens=max_prompt_tokens, seed=seed)
-
-
 @cached_task(name="rm-pointwise", modules=("forge.training.reward_model", *RL_MODULES))
 def rm_pointwise_task(
     *,
@@ -72,9 +63,10 @@ def rm_pointwise_task(
     from transformers import AutoTokenizer
 
     from forge.data.jsonl import read_jsonl
+    from forge.data.mix import read_mix
     from forge.data.schemas import PreferencePair
     from forge.generation import local_backend
-    from forge.training.pairs import FORGE_PAIR_SOURCE, reference_pairs, split_pairs
+    from forge.training.pairs import FORGE_PAIR_SOURCE, build_rl_prompts, reference_pairs, split_pairs
     from forge.training.reward_model import heldout_metrics, train_reward_model
     from registry.models import register_checkpoint
 
@@ -91,7 +83,8 @@ def rm_pointwise_task(
         metrics: dict[str, float] = {}
         if cfg.forge_pairs:
             tokenizer = AutoTokenizer.from_pretrained(policy.model_dir)
-            prompts = _rl_prompts(tokenizer, data, cfg.forge_pairs, cfg.grpo.max_prompt_length, f"{seed}:rm-pointwise")
+            prompts = build_rl_prompts(read_mix(data.mix_dir)[0], tokenizer, max_prompts=cfg.forge_pairs,
+                                       max_prompt_tokens=cfg.grpo.max_prompt_length, seed=f"{seed}:rm-pointwise")
             budget = cfg.forge_pair_max_new_tokens
             weak_answers = _answers(local_backend(generation, weak.model_dir), prompts, generation, budget, seed)
             split = reference_pairs(prompts, weak_answers, tokenizer, budget=budget, eval_pairs=cfg.forge_eval_pairs,
@@ -145,12 +138,15 @@ def grpo_task(
 
     from forge.data.mix import read_mix
     from forge.training.grpo import run_grpo
+    from forge.training.pairs import build_rl_prompts
     from forge.training.sft import heldout_chat_loss
     from registry.models import register_checkpoint
 
     ws = Workspace.from_env()
     tokenizer = AutoTokenizer.from_pretrained(policy.model_dir)
-    prompts = _rl_prompts(tokenizer, data, cfg.grpo.max_prompts, cfg.grpo.max_prompt_length, f"{seed}:{stage}")
+    train_rows, heldout_rows = read_mix(data.mix_dir)  # read once: prompts from the first, the loss on the second
+    prompts = build_rl_prompts(train_rows, tokenizer, max_prompts=cfg.grpo.max_prompts,
+                               max_prompt_tokens=cfg.grpo.max_prompt_length, seed=f"{seed}:{stage}")
     digest = value_digest(cfg, runtime, generation, policy.model_dir, rm.model_dir, data.data_md5)
     out = ws.models / f"{stage}-{digest}"
     tags = ctx.lineage({STAGE_TAG: stage, DATA_MD5_TAG: data.data_md5, PARENT_VERSION_TAG: policy.ref,
@@ -164,7 +160,7 @@ def grpo_task(
             steps, values = result.series(key)
             if values:
                 log_curve(f"{stage.replace('-', '_')}_{key}", steps, values, label)
-        heldout_loss = heldout_chat_loss(out, read_mix(data.mix_dir)[1], sft.curriculum[-1], sft, runtime,
+        heldout_loss = heldout_chat_loss(out, heldout_rows, sft.curriculum[-1], sft, runtime,
                                          out.parent / f".{out.name}.eval")
         metrics = {**result.window_metrics(ROLLOUT_CURVES), "sft_heldout_loss": heldout_loss}
         mlflow.log_metrics(metrics)
@@ -192,14 +188,16 @@ def rm_pairwise_task(
     the swap-consistency term (§2.1.3). The strong side is the teacher endpoint when the profile names one."""
     from transformers import AutoTokenizer
 
+    from forge.data.mix import read_mix
     from forge.generation import local_backend, teacher_or_local
-    from forge.training.pairs import pairwise_pairs
+    from forge.training.pairs import build_rl_prompts, pairwise_pairs
     from forge.training.pairwise_rm import train_pairwise_rm
     from registry.models import register_checkpoint
 
     ws = Workspace.from_env()
     tokenizer = AutoTokenizer.from_pretrained(strong.model_dir)
-    prompts = _rl_prompts(tokenizer, data, cfg.pair_prompts, cfg.grpo.max_prompt_length, f"{seed}:rm-pairwise")
+    prompts = build_rl_prompts(read_mix(data.mix_dir)[0], tokenizer, max_prompts=cfg.pair_prompts,
+                               max_prompt_tokens=cfg.grpo.max_prompt_length, seed=f"{seed}:rm-pairwise")
     budget = cfg.pair_max_new_tokens
     digest = value_digest(cfg, runtime, generation, strong.model_dir, weak.model_dir, data.data_md5, seed)
     out = ws.models / f"rm-pairwise-{digest}"
