@@ -3,8 +3,9 @@
 It stands in for a teacher or policy where the candidates are known: offline replays of an earlier model's
 samples, or (in tests and the tiny profile) each problem's reference, slower and broken solutions, so the SFT
 selection and the RL difficulty filter can be shown to keep exactly what they should. Greedy decoding
-(temperature 0) always returns a prompt's first candidate; sampling walks through the pool in a seeded order,
-one candidate per call, so n rollouts of a prompt see n different candidates while the pool lasts.
+(temperature 0) always returns a prompt's first candidate; sampling walks through the pool in an order shuffled
+once per prompt (by the backend's ``seed``), one candidate per call whatever seed the call passes, so n rollouts of
+a prompt see n different candidates while the pool lasts, as n differently seeded samples of a model would.
 
     backend = CandidatePoolBackend({problem.prompt(): [good, slow, broken]})
     backend.generate([[{"role": "user", "content": problem.prompt()}]], temperature=1.0)
@@ -25,12 +26,13 @@ Messages = list[dict[str, Any]]
 class CandidatePoolBackend:
     """:class:`forge.generation.base.GenerationBackend` over ``pools``: prompt text -> candidate answers."""
 
-    def __init__(self, pools: dict[str, list[str]], fallback: str = "") -> None:
+    def __init__(self, pools: dict[str, list[str]], fallback: str = "", seed: int = 0) -> None:
         if any(not answers for answers in pools.values()):
             raise ValueError("every prompt needs at least one candidate answer")
         self.pools = pools
         self.fallback = fallback
-        self._served: dict[tuple[str, int], int] = defaultdict(int)
+        self.seed = seed
+        self._served: dict[str, int] = defaultdict(int)
 
     def _answer(self, prompt: str, temperature: float, seed: int) -> str:
         pool = self.pools.get(prompt)
@@ -39,9 +41,9 @@ class CandidatePoolBackend:
         if temperature <= 0:
             return pool[0]
         order = list(range(len(pool)))
-        random.Random(f"{seed}:{prompt}").shuffle(order)
-        k = self._served[(prompt, seed)]
-        self._served[(prompt, seed)] += 1
+        random.Random(f"{self.seed}:{prompt}").shuffle(order)
+        k = self._served[prompt]
+        self._served[prompt] += 1
         return pool[order[k % len(pool)]]
 
     def generate(

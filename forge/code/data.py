@@ -44,11 +44,12 @@ class Candidate:
 
 
 def _sample(backend, problems: Sequence[Problem], n: int, temperature: float, max_new_tokens: int, seed: int):
-    """n completions per problem (one batched generate call per round)."""
+    """n completions per problem: one batched generate call per round, each round with its own seed (a backend
+    reseeds on every call, so one seed for all rounds would give n identical rollouts)."""
     out: dict[str, list[str]] = {p.id: [] for p in problems}
     prompts = [[{"role": "user", "content": p.prompt()}] for p in problems]
     for r in range(n):
-        texts = backend.generate(prompts, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+        texts = backend.generate(prompts, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed * n + r)
         if len(texts) != len(problems):
             raise RuntimeError(f"backend returned {len(texts)} completions for {len(problems)} prompts")
         for p, t in zip(problems, texts):
@@ -180,3 +181,36 @@ def filter_rl(
         kept = k_range[0] <= k <= k_range[1]
         rows.append(RLRow(p.id, p.prompt(), k, len(cands), kept, [c.pass_rate for c in cands], p.complexity))
     return rows
+
+
+@dataclass(frozen=True)
+class PolicyCheck:
+    """How a policy answers a fixed problem set (n samples each): the stage-1 / stage-2 comparison of §2.3.3."""
+
+    samples: int
+    solved: float  # share of samples passing every test
+    optimal_share: float  # of those, the share whose measured class meets the problem's bound
+    format_ok: float
+
+    def metrics(self, prefix: str) -> dict[str, float]:
+        return {f"{prefix}_solved": self.solved, f"{prefix}_optimal_share": self.optimal_share,
+                f"{prefix}_format_ok": self.format_ok}
+
+
+def check_policy(
+    backend,
+    problems: Sequence[Problem],
+    n: int,
+    temperature: float,
+    max_new_tokens: int,
+    seed: int = 0,
+) -> PolicyCheck:
+    """Sample ``n`` answers per problem and judge them, the correct ones timed (empirical judge)."""
+    completions = _sample(backend, problems, n, temperature, max_new_tokens, seed)
+    judged = [c for cands in judge_candidates(problems, completions, measure_time=True).values() for c in cands]
+    bound = {p.id: RANK.get(p.complexity) for p in problems}
+    correct = [c for c in judged if c.correct]
+    optimal = [c for c in correct if bound[c.problem_id] is not None
+               and RANK.get(c.complexity, 99) <= bound[c.problem_id]]
+    return PolicyCheck(len(judged), len(correct) / max(1, len(judged)), len(optimal) / max(1, len(correct)),
+                       sum(c.format_ok for c in judged) / max(1, len(judged)))
