@@ -1,4 +1,5 @@
-"""General RL flow (§2.1.2–2.1.3), after SFT: point-wise RM → point-wise GRPO → pair-wise RM → pair-wise GRPO.
+"""RL flow after SFT: point-wise RM → point-wise GRPO → pair-wise RM → pair-wise GRPO (§2.1.2–2.1.3), then code RL
+stage 1 → stage 2, each after its on-policy filter (§2.3.2–2.3.3).
 
 Every stage registers its checkpoint (``forge-rm-pointwise``, ``forge-rm-pairwise``, and one ``forge-policy``
 version per GRPO stage whose parent tag names the version it started from); the last policy is what the recipe
@@ -14,6 +15,7 @@ from flows._stages import RecipeRun
 from forge.config import RecipeConfig
 from forge.stages import Base, Checkpoint, DataMix
 from registry.tracking import DATA_MD5_TAG
+from tasks.code import code_grpo_task, code_rl_filter_task
 from tasks.refinement import cot_reconstruction_task, solution_refinement_task
 from tasks.rl import grpo_task, rm_pairwise_task, rm_pointwise_task
 
@@ -37,5 +39,13 @@ def rl_flow(config: RecipeConfig, run: RecipeRun, *, base: Base, sft: Checkpoint
         # §2.1.3 pair-wise RL
         prm = rl.stage("rm-pairwise", rm_pairwise_task, cfg=config.pairwise_rl, **env, strong=sft, weak=base,
                        data=data)
-        return rl.stage("grpo-pairwise", grpo_task, stage="grpo-pairwise", cfg=config.pairwise_rl,
-                        sft=config.sft, **env, policy=policy, rm=prm, data=data)
+        policy = rl.stage("grpo-pairwise", grpo_task, stage="grpo-pairwise", cfg=config.pairwise_rl,
+                          sft=config.sft, **env, policy=policy, rm=prm, data=data)
+        # §2.3.2–2.3.3 code RL: each stage filters its problems on-policy, then trains from the previous checkpoint
+        if config.code_rl.enabled:
+            for stage in (1, 2):
+                kept = rl.stage(f"code-rl-filter-{stage}", code_rl_filter_task, cfg=config.code_rl,
+                                generation=config.generation, seed=config.seed, stage=stage, policy=policy)
+                policy = rl.stage(f"code-rl-stage{stage}", code_grpo_task, stage=stage, cfg=config.code_rl,
+                                  sft=config.sft, **env, policy=policy, problems=kept, data=data)
+        return policy

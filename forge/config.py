@@ -226,13 +226,39 @@ class PairwiseRLConfig(Strict):
     min_pairs: int = Field(8, ge=2, description="Fewest checklist-kept pairs the RM may be trained on.")
 
 
-class CodeRLConfig(Strict):
-    """§2.3.2: on-policy filtering with n = 8 rollouts, keep problems with k in [1, 5]. Read by tasks/code.py's
-    filter; not a profile section until the code RL stages run in the recipe (docs/architecture.md)."""
+class DrillsConfig(Strict):
+    """The drills (forge/code/problems/drills.py): one-line-of-integers problems the tiny policy can learn, so code RL
+    has a signal at tiny scale. Their SFT rows join the code pool, answered by a weak teacher in these proportions."""
 
-    num_rollouts: int = Field(8, ge=1, description="n rollouts per problem (§2.3.2).")
+    sft_per_op: int = Field(0, ge=0, description="SFT problems per operation added to the code pool (0: none).")
+    rl_per_op: int = Field(4, ge=1, description="RL problems per operation (the 'drills' source of code_rl).")
+    eval_per_op: int = Field(2, ge=1, description="Held-out problems per operation for the stage-1/stage-2 check.")
+    teacher_fast: float = Field(0.4, ge=0, description="Share of SFT answers that are the linear reference.")
+    teacher_slow: float = Field(0.35, ge=0, description="Share that are a correct quadratic solution.")
+    teacher_broken: float = Field(0.25, ge=0, description="Share that are a plausible mistake.")
+
+
+class CodeRLConfig(Strict):
+    """§2.3.2–2.3.3: two stages of code RL from the general-RL checkpoint. Each stage filters its problems on-policy
+    (n = 8 rollouts, keep k in [1, 5]; stage 1 counts solves, stage 2 solves inside the optimal class), then runs
+    GRPO with R = R_format + pass rate (stage 1) and + R_time only at pass rate 1 (stage 2, Figure 3)."""
+
+    enabled: bool = Field(True, description="Run the two code RL stages after pair-wise RL.")
+    sources: list[Literal["forge", "humaneval", "mbpp", "drills"]] = Field(
+        default_factory=lambda: ["forge"], description="Where RL problems come from (drills: the tiny family).")
+    limit: int | None = Field(None, ge=1, description="First N problems per source (None = all).")
+    num_rollouts: int = Field(8, ge=1, description="n rollouts per problem in the on-policy filter (§2.3.2).")
     keep_k_min: int = Field(1, ge=0, description="Smallest k of n kept (§2.3.2: 1).")
     keep_k_max: int = Field(5, ge=0, description="Largest k of n kept (§2.3.2: 5).")
+    filter_temperature: float = Field(1.0, gt=0, description="Sampling temperature of the filter's rollouts.")
+    max_new_tokens: int = Field(1024, ge=8, description="Answer budget of the filter's and the check's samples.")
+    format_weight: float = Field(0.2, ge=0, description="R_format: a fenced block that parses.")
+    time_weight: float = Field(1.0, ge=0, description="Scale of R_time (stage 2, only at pass rate 1).")
+    stage1: GRPOSettings = GRPOSettings()
+    stage2: GRPOSettings = GRPOSettings()
+    check_samples: int = Field(4, ge=1, description="Samples per held-out problem when stage 2 is compared with "
+                               "stage 1 (pass rate, share of passing answers in the optimal class).")
+    drills: DrillsConfig = DrillsConfig()
 
     @model_validator(mode="after")
     def _k_range(self) -> CodeRLConfig:
@@ -389,6 +415,7 @@ class RecipeConfig(Strict):
     pointwise_rl: PointwiseRLConfig = PointwiseRLConfig()
     pairwise_rl: PairwiseRLConfig = PairwiseRLConfig()
     refinement: RefinementConfig = RefinementConfig()
+    code_rl: CodeRLConfig = CodeRLConfig()
     deep_search: DeepSearchConfig = DeepSearchConfig()
     generation: GenerationConfig = GenerationConfig()
     runtime: TrainingRuntimeConfig = TrainingRuntimeConfig()

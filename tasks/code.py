@@ -1,23 +1,51 @@
-"""Prefect tasks for code data (§2.3.2): SFT samples judged correct and time-optimal, RL problems filtered by
-k of n rollouts. Each writes a versioned folder under data/code/ (rows + manifest, named by content digest) and
-logs pass-rate histograms to MLflow as plots.
+"""Prefect tasks for code (§2.3.2–2.3.3): the drills' SFT rows into the code pool, the on-policy RL filter (k of n
+rollouts per problem), the two GRPO stages of code RL, and SFT samples judged correct and time-optimal.
 
-No flow calls these yet: the two code RL stages (§2.3.2–2.3.3) will, with the on-policy filter fixed to sample
-distinct rollouts (docs/architecture.md, "Built, not yet in the recipe"). Until then tests/code/test_code_data.py
-runs them."""
+The filter writes a versioned folder under data/code/ (rows + manifest, named by content digest: DVC versions it
+with the rest of data/) and logs pass-rate histograms. Each GRPO stage registers a ``forge-policy`` version whose
+parent is the policy it started from; stage 2 draws the paper's Figure 4 (R_correctness and R_time across both
+stages, a line at the boundary) and compares the two checkpoints on held-out problems.
+
+``code_sft_task`` (correct + time-optimal SFT samples from a teacher) is not in the recipe: the tiny profile's
+code SFT rows are the drills' (docs/architecture.md); tests/code/test_code_data.py runs it."""
 
 from __future__ import annotations
 
 import json
+import logging
+from pathlib import Path
 
 import mlflow
 
-from forge.config import CodeDataConfig, CodeRLConfig
-from forge.stages import DataFile
-from registry.tracking import STAGE_TAG, StageContext, log_table
+from forge.config import (
+    CodeDataConfig,
+    CodeRLConfig,
+    DrillsConfig,
+    GenerationConfig,
+    SFTConfig,
+    TrainingRuntimeConfig,
+)
+from forge.hashing import value_digest
+from forge.stages import Checkpoint, DataFile, DataMix, Pools
+from forge.workspace import Workspace
+from registry.tracking import (
+    DATA_MD5_TAG,
+    PARENT_VERSION_TAG,
+    STAGE_TAG,
+    StageContext,
+    log_config,
+    log_curve,
+    log_table,
+    metrics_logger,
+)
 from tasks._cache import cached_task
 
-CODE_MODULES = ("forge.code.data", "forge.code.judge", "forge.code.complexity", "forge.code.candidates")
+logger = logging.getLogger(__name__)
+CODE_MODULES = ("forge.code.data", "forge.code.judge", "forge.code.complexity", "forge.code.candidates",
+                "forge.code.problems.drills")
+CODE_RL_MODULES = (*CODE_MODULES, "forge.code.rewards", "forge.training.grpo", "forge.training.sft")
+CURVES = {"reward": "mean reward", "rewards/r_correctness/mean": "R_correctness (pass rate)",
+          "rewards/r_time/mean": "R_time (gated)", "rewards/r_format/mean": "R_format"}
 
 
 def log_histogram(name: str, values: list[float], xlabel: str, bins: int = 10) -> str:
@@ -115,39 +143,174 @@ def code_sft_task(*, ctx: StageContext, cfg: CodeDataConfig, model_dir: str | No
     return DataFile(path=path, run_id=run.info.run_id, metrics=metrics, counts={"rows": len(rows)})
 
 
+@cached_task(name="code-drills", modules=CODE_MODULES)
+def code_drills_task(*, ctx: StageContext, cfg: DrillsConfig, seed: int, pools: Pools) -> Pools:
+    """The drills' SFT rows (a weak teacher's answers: linear, quadratic or wrong) added to the code pool."""
+    from forge.code.problems.drills import drill_sft_rows
+    from forge.data.jsonl import read_jsonl, write_jsonl
+    from forge.data.schemas import ChatSample
+    from forge.hashing import files_digest
+
+    rows, kinds = drill_sft_rows(cfg.sft_per_op, (cfg.teacher_fast, cfg.teacher_slow, cfg.teacher_broken), seed)
+    code = read_jsonl(pools.files["code"], ChatSample).rows
+    out = Workspace.from_env().pools / "code+drills.jsonl"
+    write_jsonl(out, [r.model_dump(mode="json") for r in code + rows])
+    metrics = {"drill_rows": float(len(rows)), **{f"drill_rows_{k}": float(v) for k, v in sorted(kinds.items())}}
+    with ctx.start_run("code-drills", {STAGE_TAG: "data/code-drills"}) as run:
+        mlflow.log_metrics(metrics)
+    files = {**pools.files, "code": str(out)}
+    return Pools(files=files, digest=files_digest(files), review=pools.review, run_id=run.info.run_id, metrics=metrics)
+
+
+def rl_problems(cfg: CodeRLConfig, split: str = "rl"):
+    """The problems code RL draws from (``split`` "eval": the drills held out for the stage-1/stage-2 check)."""
+    from forge.code.problems import load_problems
+    from forge.code.problems.drills import drill_problems
+
+    out = []
+    for source in cfg.sources:
+        if source == "drills":
+            per_op = cfg.drills.rl_per_op if split == "rl" else cfg.drills.eval_per_op
+            items = drill_problems(split, per_op)
+        elif split == "rl":
+            items = load_problems([source])
+        else:
+            continue  # held-out checks run on the drills only: the other sources' problems are the eval suites
+        out += items[: cfg.limit] if cfg.limit else items
+    return out
+
+
 @cached_task(name="code-rl-filter", modules=CODE_MODULES)
 def code_rl_filter_task(
-    *, ctx: StageContext, cfg: CodeDataConfig, rl: CodeRLConfig, stage: int = 1, model_dir: str | None = None
+    *, ctx: StageContext, cfg: CodeRLConfig, generation: GenerationConfig, seed: int, stage: int, policy: Checkpoint
 ) -> DataFile:
-    """n rollouts per problem; keep problems whose k (solved, or meeting the bound in stage 2) is in range."""
+    """n rollouts per problem from ``policy``; keep problems whose k (solved, or solved inside the bound in stage
+    2) is in range (§2.3.2). The kept rows are versioned under data/code/rl-stage<N>/."""
     from forge.code.data import filter_rl
+    from forge.generation import local_backend
 
-    problems = _problems(cfg)
-    backend = _backend(cfg, problems, model_dir, rl.num_rollouts)
+    problems = rl_problems(cfg)
+    backend = local_backend(generation, policy.model_dir)
     with ctx.start_run(f"code-rl-filter-stage{stage}", {STAGE_TAG: f"data/code-rl-stage{stage}"}) as run:
-        rows = filter_rl(
-            backend,
-            problems,
-            stage,
-            rl.num_rollouts,
-            (rl.keep_k_min, rl.keep_k_max),
-            max_new_tokens=cfg.max_new_tokens,
-        )
+        rows = filter_rl(backend, problems, stage, cfg.num_rollouts, (cfg.keep_k_min, cfg.keep_k_max),
+                         temperature=cfg.filter_temperature, max_new_tokens=cfg.max_new_tokens, seed=seed)
         log_histogram(f"code_rl_stage{stage}_problem_pass_rate", [r.k / r.n for r in rows], "k / n per problem")
-        log_histogram(
-            f"code_rl_stage{stage}_rollout_pass_rate",
-            [x for r in rows for x in r.pass_rates],
-            "pass rate of a rollout",
-        )
+        log_histogram(f"code_rl_stage{stage}_rollout_pass_rate", [x for r in rows for x in r.pass_rates],
+                      "pass rate of a rollout")
         kept = [r for r in rows if r.kept]
-        metrics = {f"code_rl_stage{stage}_problems": float(len(rows)), f"code_rl_stage{stage}_kept": float(len(kept))}
+        metrics = {f"code_rl_stage{stage}_problems": float(len(rows)), f"code_rl_stage{stage}_kept": float(len(kept)),
+                   f"code_rl_stage{stage}_mean_k": sum(r.k for r in rows) / max(1, len(rows))}
         mlflow.log_metrics(metrics)
-        path = _write_version(
-            f"rl-stage{stage}",
-            [r.as_dict() for r in kept],
-            {"config": cfg.model_dump(mode="json"), "metrics": metrics},
-        )
-        log_table(
-            [{k: v for k, v in r.as_dict().items() if k != "prompt"} for r in rows], f"code_rl_stage{stage}.json"
-        )
+        path = _write_version(f"rl-stage{stage}", [r.as_dict() for r in kept],
+                              {"config": cfg.model_dump(mode="json"), "policy": policy.ref, "metrics": metrics})
+        log_table([{k: v for k, v in r.as_dict().items() if k != "prompt"} for r in rows],
+                  f"code_rl_stage{stage}.json")
     return DataFile(path=path, run_id=run.info.run_id, metrics=metrics, counts={"rows": len(kept)})
+
+
+def _figure4(curves: list[list[dict]], artifact: str) -> None:
+    """R_correctness and R_time per step across the code RL stages, a dashed line at each boundary (Figure 4)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4), dpi=100)
+    ax = fig.add_subplot()
+    offset, xs, series = 0, [], {"R_correctness": [], "R_time": []}
+    for i, curve in enumerate(curves):
+        if i:
+            ax.axvline(offset + 0.5, color="grey", linestyle="--")
+            ax.text(offset + 1, 0.02, f"stage {i + 1}", transform=ax.get_xaxis_transform(), color="grey")
+        for record in curve:
+            xs.append(offset + record["step"])
+            series["R_correctness"].append(record.get("rewards/r_correctness/mean", float("nan")))
+            series["R_time"].append(record.get("rewards/r_time/mean", float("nan")))
+        offset += max((r["step"] for r in curve), default=0)
+    for name, values in series.items():
+        ax.plot(xs, values, label=name)
+    ax.set_xlabel("code RL step")
+    ax.set_ylabel("mean reward part")
+    ax.set_title("Code RL: correctness, then the gated time reward (paper Figure 4)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    mlflow.log_figure(fig, artifact)
+
+
+CURVE_FILE = "code_rl_curve.json"
+
+
+@cached_task(name="code-grpo", modules=CODE_RL_MODULES)
+def code_grpo_task(
+    *,
+    ctx: StageContext,
+    stage: int,
+    cfg: CodeRLConfig,
+    sft: SFTConfig,
+    runtime: TrainingRuntimeConfig,
+    generation: GenerationConfig,
+    seed: int,
+    policy: Checkpoint,
+    problems: DataFile,
+    data: DataMix,
+) -> Checkpoint:
+    """Code RL stage ``stage`` (§2.3.3) on the filter's kept problems: GRPO with R_format + pass rate, plus the gated
+    R_time in stage 2, judged in the sandbox. Registers a ``forge-policy`` version (parent: ``policy``). Stage 2
+    also draws Figure 4 from both stages' curves and checks both checkpoints on held-out problems."""
+    from transformers import AutoTokenizer
+
+    from forge.code.data import check_policy
+    from forge.code.rewards import CodeRewards
+    from forge.data.jsonl import read_jsonl
+    from forge.data.mix import read_mix
+    from forge.generation import local_backend
+    from forge.training.grpo import run_grpo
+    from forge.training.sft import heldout_chat_loss
+    from registry.models import register_checkpoint
+
+    ws = Workspace.from_env()
+    settings = cfg.stage1 if stage == 1 else cfg.stage2
+    tokenizer = AutoTokenizer.from_pretrained(policy.model_dir)
+    table = {p.id: p for p in rl_problems(cfg)}
+    kept = read_jsonl(Path(problems.path) / "rows.jsonl").rows
+    prompts = [{"prompt": [{"role": "user", "content": r["prompt"]}], "problem_id": r["problem_id"]} for r in kept
+               if len(tokenizer.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=True,
+                                                    add_generation_prompt=True)) <= settings.max_prompt_length]
+    if not prompts:  # nothing in range: training would see only zero advantages
+        logger.warning("code RL stage %d: the on-policy filter kept no problem (%s): the policy goes on unchanged; "
+                       "widen code_rl.keep_k_min/keep_k_max or add problems (code_rl.sources)", stage, problems.path)
+        return policy
+    digest = value_digest(cfg, stage, runtime, generation, policy.model_dir, problems.path, data.data_md5, seed)
+    out = ws.models / f"code-rl-stage{stage}-{digest}"
+    name = f"code-rl-stage{stage}"
+    tags = ctx.lineage({STAGE_TAG: name, DATA_MD5_TAG: data.data_md5, PARENT_VERSION_TAG: policy.ref})
+    with ctx.start_run(name, tags) as run:
+        log_config(cfg)
+        mlflow.log_params({"prompts": len(prompts), "problems": len({p["problem_id"] for p in prompts})})
+        rewards = CodeRewards(table, cfg.format_weight, cfg.time_weight)
+        result = run_grpo(Path(policy.model_dir), prompts, rewards.funcs(), settings, runtime, out, seed=seed,
+                          stage=name, generation=generation, log_metrics=metrics_logger(),
+                          reward_weights=CodeRewards.weights(stage))
+        (out / CURVE_FILE).write_text(json.dumps(result.curve))
+        for key, label in CURVES.items():
+            steps, values = result.series(key)
+            if values:
+                log_curve(f"{name}_{key.split('/')[-2] if '/' in key else key}", steps, values, label)
+        metrics = result.window_metrics(CURVES)
+        metrics = {k.replace("rewards/", "").replace("/mean", ""): v for k, v in metrics.items()}
+        if stage == 2:
+            before = Path(policy.model_dir) / CURVE_FILE  # absent when stage 1 kept no problem
+            curves = [json.loads(before.read_text()) if before.exists() else [], result.curve]
+            _figure4(curves, "plots/figure4_code_rl.png")
+            held_out = rl_problems(cfg, "eval")
+            if held_out:
+                check = {"before": policy.model_dir, "after": str(out)}
+                for label, model_dir in check.items():
+                    verdict = check_policy(local_backend(generation, model_dir), held_out, cfg.check_samples,
+                                           generation.temperature, cfg.max_new_tokens, seed)
+                    metrics |= verdict.metrics(f"check_{label}")
+        metrics["sft_heldout_loss"] = heldout_chat_loss(out, read_mix(data.mix_dir)[1], sft.curriculum[-1], sft, runtime,
+                                                        out.parent / f".{out.name}.eval")
+        mlflow.log_metrics(metrics)
+        version = register_checkpoint(out, "forge-policy", run_id=run.info.run_id, tags=tags,
+                                      metrics={"sft_heldout_loss": metrics["sft_heldout_loss"]})
+    return Checkpoint(model_dir=str(out), model_name="forge-policy", version=version, run_id=run.info.run_id,
+                      metrics=metrics)

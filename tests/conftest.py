@@ -56,6 +56,18 @@ def tokenizer(wiki_texts):
 
 
 @pytest.fixture(scope="session")
+def tiny_policy(tokenizer, tmp_path_factory) -> Path:
+    """A randomly initialised 2-layer causal LM saved with ``tokenizer``: a real model whose samples depend on
+    seeds and temperature, for tests of what generates (rollouts, filters), not of what it has learnt."""
+    from forge.config import BaseModelConfig
+    from forge.training.base_model import build_model
+    from forge.training.checkpoints import save_atomically
+
+    cfg = BaseModelConfig(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=128)
+    return save_atomically(build_model(cfg, tokenizer), tokenizer, tmp_path_factory.mktemp("policy") / "random")
+
+
+@pytest.fixture(scope="session")
 def tool_sample():
     """Factory of one tool-use conversation: system, user, an assistant turn with reasoning, text and two tool
     calls (trained only when ``first_turn_loss``), the two tool results, a final answer."""

@@ -12,9 +12,9 @@ The problem of each completion comes from the dataset column ``problem_id`` (TRL
 arguments); completions may be plain strings or conversational message lists, read by
 :func:`forge.chat.completion_text` (the last assistant message's content).
 
-    from forge.code.rewards import make_code_reward
-    reward = make_code_reward(stage=2)
-    trainer = GRPOTrainer(..., reward_funcs=[reward])
+    from forge.code.rewards import CodeRewards
+    rewards = CodeRewards(problems)
+    trainer = GRPOTrainer(..., reward_funcs=rewards.funcs(), args=GRPOConfig(reward_weights=CodeRewards.weights(2)))
 """
 
 from __future__ import annotations
@@ -68,43 +68,72 @@ def score_completion(
     return RewardParts(r_format, verdict.pass_rate, r_time, verdict.pass_rate)
 
 
-def make_code_reward(
-    stage: int,
-    problems: dict[str, Problem] | None = None,
-    format_weight: float = 0.2,
-    time_weight: float = 1.0,
-    judge_backend=None,
-    workers: int | None = None,
-    **judge_options,
-) -> Callable[..., list[float]]:
-    """A TRL reward function for code RL stage 1 or 2 (``problems`` defaults to Forge + HumanEval + MBPP)."""
-    if stage not in (1, 2):
-        raise ValueError(f"code RL has stages 1 and 2, not {stage}")
+class CodeRewards:
+    """The code RL reward as TRL reward functions, one per part, so TRL logs each part per step
+    (``rewards/r_format/mean``, ``rewards/r_correctness/mean``, ``rewards/r_time/mean``) and sums them with the
+    stage's weights: stage 1 weighs R_time 0 (it is measured, not rewarded: Figure 4 draws it across both stages),
+    stage 2 weighs it 1.
 
-    def reward(prompts, completions, problem_id=None, **kwargs) -> list[float]:
+    A batch is judged once, concurrently in the sandbox, when the first part is asked for; the other parts read
+    the same verdicts. Verdicts are kept per (problem, completion): a policy that repeats an answer is not
+    re-judged (the complexity judge times a program at six sizes, ~1 s for a slow one).
+
+        rewards = CodeRewards(problems)
+        trainer = GRPOTrainer(..., reward_funcs=rewards.funcs(), args=GRPOConfig(reward_weights=rewards.weights(1)))
+    """
+
+    PARTS = ("r_format", "r_correctness", "r_time")
+
+    def __init__(
+        self,
+        problems: dict[str, Problem] | None = None,
+        format_weight: float = 0.2,
+        time_weight: float = 1.0,
+        judge_backend=None,
+        workers: int | None = None,
+        **judge_options,
+    ) -> None:
+        self.problems = problems
+        self.format_weight, self.time_weight = format_weight, time_weight
+        self.judge_backend, self.workers, self.judge_options = judge_backend, workers, judge_options
+        self._verdicts: dict[tuple[str, str], RewardParts] = {}
+
+    @staticmethod
+    def weights(stage: int) -> list[float]:
+        if stage not in (1, 2):
+            raise ValueError(f"code RL has stages 1 and 2, not {stage}")
+        return [1.0, 1.0, 0.0 if stage == 1 else 1.0]
+
+    def parts(self, completions, problem_id=None) -> list[RewardParts]:
+        """Every completion's reward parts (stage-2 gating: R_time only at pass rate 1)."""
         if problem_id is None or len(problem_id) != len(completions):
             raise ValueError("code rewards need a `problem_id` column with one id per completion")
-        table = problems if problems is not None else _default_problems()
+        table = self.problems if self.problems is not None else _default_problems()
         missing = sorted({pid for pid in problem_id if pid not in table})
         if missing:
             raise KeyError(f"unknown problem ids: {', '.join(missing[:5])}")
+        keys = [(pid, completion_text(c)) for pid, c in zip(problem_id, completions, strict=True)]
+        todo = list(dict.fromkeys(k for k in keys if k not in self._verdicts))
 
-        def one(pair) -> float:
-            pid, completion = pair
-            parts = score_completion(
-                table[pid],
-                completion_text(completion),
-                stage,
-                format_weight,
-                time_weight,
-                judge_backend,
-                **judge_options,
-            )
-            return parts.total
+        def one(key: tuple[str, str]) -> RewardParts:
+            pid, text = key
+            return score_completion(table[pid], text, 2, self.format_weight, self.time_weight, self.judge_backend,
+                                    **self.judge_options)
 
-        with ThreadPoolExecutor(max_workers=workers or default_workers()) as pool:
-            return list(pool.map(one, zip(problem_id, completions)))
+        with ThreadPoolExecutor(max_workers=self.workers or default_workers()) as pool:
+            self._verdicts.update(zip(todo, pool.map(one, todo)))
+        return [self._verdicts[k] for k in keys]
 
-    reward.__name__ = f"code_reward_stage{stage}"
-    reward.__qualname__ = reward.__name__
-    return reward
+    def funcs(self) -> list[Callable[..., list[float]]]:
+        """The three parts as TRL reward functions (named for TRL's per-function logs)."""
+
+        def part(name: str) -> Callable[..., list[float]]:
+            attr = {"r_format": "format", "r_correctness": "correctness", "r_time": "time"}[name]
+
+            def reward(prompts, completions, problem_id=None, **kwargs) -> list[float]:
+                return [getattr(p, attr) for p in self.parts(completions, problem_id)]
+
+            reward.__name__ = reward.__qualname__ = name
+            return reward
+
+        return [part(name) for name in self.PARTS]

@@ -113,6 +113,7 @@ def build_grpo_config(
     work_dir: Path,
     generation: GenerationConfig | None = None,
     seed: int = 0,
+    reward_weights: Sequence[float] | None = None,
 ) -> GRPOConfig:
     """TRL's ``GRPOConfig`` from the profile's settings; every default that bites on CPU set explicitly
     (docs/stack.md). ``GRPOSettings`` has already checked that the batch divides into rollout groups.
@@ -147,6 +148,7 @@ def build_grpo_config(
         loss_type=s.loss_type,
         logging_steps=1,  # one record per step: the reward curve the tests and MLflow read
         log_completions=False,
+        reward_weights=list(reward_weights) if reward_weights is not None else None,
         **vllm,
     )
 
@@ -207,8 +209,10 @@ def run_grpo(
     stage: str = "grpo",
     generation: GenerationConfig | None = None,
     log_metrics: MetricsLogger | None = None,
+    reward_weights: Sequence[float] | None = None,
 ) -> GRPOResult:
     """GRPO from the policy in ``policy_dir`` over ``prompts``; the trained policy is written to ``out_dir``.
+    The reward is the sum of ``reward_funcs`` weighted by ``reward_weights`` (default: all 1); TRL logs each one.
 
     A checkpoint left in the work dir by a killed run is resumed (the per-step curve then starts there).
     """
@@ -223,7 +227,7 @@ def run_grpo(
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=reward_funcs,
-        args=build_grpo_config(settings, runtime, run.work_dir, generation, seed),
+        args=build_grpo_config(settings, runtime, run.work_dir, generation, seed, reward_weights),
         train_dataset=Dataset.from_list(prompts),
         processing_class=tokenizer,
         callbacks=[records, ForwardMetrics(log_metrics, prefix=f"{stage}/")],

@@ -68,10 +68,11 @@ def test_sft_keeps_only_correct_time_optimal_candidates():
     assert sorted(result.pass_rates()).count(1.0) == 6  # 4 draws each from pools of 4 and 3 (one wraps)
 
 
-def test_cached_tasks_write_versioned_data_and_histograms(workspace, tmp_path, monkeypatch):
+def test_cached_tasks_write_versioned_data_and_histograms(workspace, tmp_path, monkeypatch, tiny_policy):
     import mlflow
 
-    from forge.config import CodeDataConfig, CodeRLConfig
+    from forge.config import CodeDataConfig, CodeRLConfig, GenerationConfig
+    from forge.stages import Checkpoint
     from registry.tracking import StageContext, init_mlflow
     from tasks.code import code_rl_filter_task, code_sft_task
 
@@ -81,9 +82,14 @@ def test_cached_tasks_write_versioned_data_and_histograms(workspace, tmp_path, m
     sft = code_sft_task.fn(ctx=StageContext(), cfg=cfg)
     rows = Path(sft.path, "rows.jsonl").read_text().splitlines()
     assert len(rows) == 4 and sft.path.startswith(str(tmp_path / "data" / "code" / "sft" / "v-"))
-    rl = code_rl_filter_task.fn(ctx=StageContext(), cfg=cfg, rl=CodeRLConfig(), stage=1)
-    assert rl.counts["rows"] == 4  # 1 good of 2 candidates cycled over 8 rollouts: k = 4, within [1, 5]
+    # The filter samples the policy itself: an untrained model solves nothing, so k = 0 and no problem is kept.
+    rl_cfg = CodeRLConfig(sources=["drills"], num_rollouts=4, keep_k_max=3, max_new_tokens=8,
+                          drills={"rl_per_op": 1})
+    policy = Checkpoint(model_dir=str(tiny_policy), model_name="forge-policy", version="1")
+    rl = code_rl_filter_task.fn(ctx=StageContext(), cfg=rl_cfg, generation=GenerationConfig(), seed=0, stage=1,
+                                policy=policy)
     manifest = json.loads(Path(rl.path, "manifest.json").read_text())
-    assert manifest["rows"] == 4 and manifest["metrics"]["code_rl_stage1_kept"] == 4.0
+    assert rl.counts["rows"] == 0 and manifest["rows"] == 0 and manifest["policy"] == "forge-policy/1"
+    assert manifest["metrics"]["code_rl_stage1_problems"] == 11.0 and manifest["metrics"]["code_rl_stage1_mean_k"] == 0
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(rl.run_id, "plots")}
     assert artifacts == {"plots/code_rl_stage1_problem_pass_rate.png", "plots/code_rl_stage1_rollout_pass_rate.png"}

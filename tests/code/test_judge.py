@@ -8,7 +8,7 @@ import pytest
 from forge.code.judge import extract_code, fence, judge_correctness, parses
 from forge.code.problems import forge_problems
 from forge.code.problems.public import humaneval_problems
-from forge.code.rewards import make_code_reward
+from forge.code.rewards import CodeRewards
 from forge.code.sandbox import isolation_report
 
 FORGE = {p.id: p for p in forge_problems()}
@@ -102,23 +102,24 @@ def test_humaneval_body_continuation_and_full_function():
     ],
 )
 def test_code_rewards(stage, completion, expected):
-    reward = make_code_reward(stage, problems=PROBLEMS)
-    assert reward.__name__ == f"code_reward_stage{stage}"
+    rewards = CodeRewards(problems=PROBLEMS)
+    funcs = rewards.funcs()
+    assert [f.__name__ for f in funcs] == ["r_format", "r_correctness", "r_time"]
     conversational = [[{"role": "assistant", "content": completion}]]
-    (value,) = reward(prompts=["p"], completions=conversational, problem_id=[MAXSUB.id])
-    assert value == pytest.approx(expected)
+    parts = [f(prompts=["p"], completions=conversational, problem_id=[MAXSUB.id])[0] for f in funcs]
+    assert sum(w * p for w, p in zip(CodeRewards.weights(stage), parts)) == pytest.approx(expected)
 
 
 @needs_sandbox
 def test_time_reward_only_when_every_test_passes():
-    reward = make_code_reward(2, problems=PROBLEMS)
-    (partial,) = reward(prompts=["p"], completions=[TOTAL], problem_id=[MAXSUB.id])
-    assert 0.2 < partial < 1.2  # format + a fraction, no R_time even though summing is O(n)
+    (parts,) = CodeRewards(problems=PROBLEMS).parts([TOTAL], problem_id=[MAXSUB.id])
+    assert parts.format == 0.2 and 0 < parts.correctness < 1  # a fraction of the tests pass
+    assert parts.time == 0.0  # no R_time below pass rate 1, even though summing is O(n)
 
 
 def test_rewards_refuse_without_problem_ids():
-    reward = make_code_reward(1, problems=PROBLEMS)
+    r_format = CodeRewards(problems=PROBLEMS).funcs()[0]
     with pytest.raises(ValueError, match="problem_id"):
-        reward(prompts=["p"], completions=["x"])
+        r_format(prompts=["p"], completions=["x"])
     with pytest.raises(KeyError, match="unknown problem ids"):
-        reward(prompts=["p"], completions=["x"], problem_id=["nope"])
+        r_format(prompts=["p"], completions=["x"], problem_id=["nope"])

@@ -1,0 +1,107 @@
+"""The drills (forge/code/problems/drills.py), the tiny profile's code RL family: every reference solves its
+problems, every quadratic answer is correct but earns no R_time, every mistake fails a test; the SFT, RL and
+evaluation splits share no problem; the weak teacher answers in the asked proportions. And the on-policy filter's
+rollouts, sampled from a real model, differ (issue: one seed for all eight made them identical).
+
+    .venv/bin/pytest tests/code/test_drills.py -q
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from forge.code.candidates import CandidatePoolBackend
+from forge.code.data import _sample, check_policy
+from forge.code.judge import fence
+from forge.code.problems import load_problems
+from forge.code.problems.drills import OPS, OPS_BY_ID, drill_problems, drill_sft_rows, program
+from forge.code.rewards import CodeRewards
+from forge.code.sandbox import isolation_report
+
+needs_sandbox = pytest.mark.skipif(not isolation_report().strong, reason="the sandbox refuses on this host")
+
+
+def op_of(problem) -> str:
+    return problem.id.split("/")[1]
+
+
+@needs_sandbox
+def test_reference_passes_quadratic_passes_without_time_reward_mistakes_fail():
+    problems = drill_problems("rl", per_op=1)
+    rewards = CodeRewards({p.id: p for p in problems})
+    answers, ids, kinds = [], [], []
+    for p in problems:
+        op = OPS_BY_ID[op_of(p)]
+        for kind, body in [("fast", op.fast), ("slow", op.slow), *(("broken", b) for b in op.broken)]:
+            if body is not None:
+                answers.append(fence(program(body)))
+                ids.append(p.id)
+                kinds.append((p.id, kind))
+    parts = rewards.parts(answers, problem_id=ids)
+    for (pid, kind), part in zip(kinds, parts, strict=True):
+        assert part.format > 0, (pid, kind)
+        if kind == "fast":
+            assert (part.correctness, part.time) == (1.0, 1.0), pid  # linear: the bound is met
+        elif kind == "slow":
+            assert (part.correctness, part.time) == (1.0, 0.0), pid  # correct, but two classes above O(n)
+        else:
+            assert part.correctness < 1.0, (pid, kind)
+
+
+def test_splits_hold_different_problems_of_the_same_operations():
+    splits = {s: drill_problems(s, per_op=5) for s in ("sft", "rl", "eval")}
+    prompts = {s: {p.prompt() for p in ps} for s, ps in splits.items()}
+    assert all(len(prompts[s]) == 5 * len(OPS) for s in splits)  # every problem's example differs
+    assert not prompts["sft"] & prompts["rl"] and not prompts["rl"] & prompts["eval"]
+    assert not prompts["sft"] & prompts["eval"]
+    assert {op_of(p) for p in splits["rl"]} == {op.id for op in OPS}
+    with pytest.raises(ValueError, match="unknown drill split"):
+        drill_problems("test")
+
+
+def test_weak_teacher_answers_in_the_asked_proportions():
+    rows, kinds = drill_sft_rows(per_op=100, weights=(0.5, 0.3, 0.2), seed=0)
+    assert len(rows) == 100 * len(OPS) == sum(kinds.values())
+    quadratic_ops = sum(op.slow is not None for op in OPS)
+    assert kinds["slow"] / (100 * quadratic_ops) == pytest.approx(0.3, abs=0.05)
+    assert kinds["broken"] / len(rows) == pytest.approx(0.2, abs=0.04)
+    assert all(r.domain == "code" and r.messages[-1].content.startswith("```python\n") for r in rows)
+    sft_prompts = {r.messages[0].content for r in rows}
+    assert not sft_prompts & {p.prompt() for p in drill_problems("rl", per_op=100)}
+
+
+def test_rollouts_of_a_real_model_differ(tiny_policy):
+    """Eight rollouts of one problem, sampled as the on-policy filter samples them, are not eight copies."""
+    from forge.generation.transformers_backend import TransformersBackend
+
+    problems = drill_problems("rl", per_op=1, ops=("max", "distinct"))
+    backend = TransformersBackend(tiny_policy, batch_size=8)
+    rollouts = _sample(backend, problems, n=8, temperature=1.0, max_new_tokens=12, seed=0)
+    for pid, texts in rollouts.items():
+        assert len(texts) == 8 and len(set(texts)) >= 6, (pid, texts)
+    again = _sample(backend, problems, n=8, temperature=1.0, max_new_tokens=12, seed=0)
+    assert again == rollouts  # and the same seed gives the same eight
+
+
+@needs_sandbox
+def test_check_policy_reports_solved_and_optimal_shares():
+    problems = drill_problems("eval", per_op=1, ops=("distinct", "max"))
+    pools = {}
+    for p in problems:
+        op = OPS_BY_ID[op_of(p)]
+        pools[p.prompt()] = [fence(program(op.fast)), fence(program(op.slow)), fence(program(op.broken[0])),
+                             fence(program(op.fast))]
+    check = check_policy(CandidatePoolBackend(pools), problems, n=4, temperature=1.0, max_new_tokens=64)
+    assert check.samples == 8 and check.solved == pytest.approx(6 / 8)
+    assert check.optimal_share == pytest.approx(4 / 6)  # the two quadratic answers miss the bound
+
+
+def test_drills_are_a_problem_source_of_code_rl():
+    from forge.config import CodeRLConfig
+    from tasks.code import rl_problems
+
+    cfg = CodeRLConfig(sources=["drills"], drills={"rl_per_op": 2, "eval_per_op": 1})
+    assert len(rl_problems(cfg)) == 2 * len(OPS) and len(rl_problems(cfg, "eval")) == len(OPS)
+    forge_only = CodeRLConfig(sources=["forge"], limit=3)
+    assert [p.id for p in rl_problems(forge_only)] == [p.id for p in load_problems(["forge"], limit=3)]
+    assert rl_problems(forge_only, "eval") == []
