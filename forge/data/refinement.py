@@ -167,6 +167,8 @@ def reconstruct_cot(
     seed: int = 0,
 ) -> list[RefinementTrace]:
     """Fill each trace's ``reasoning`` with a trace that leads to its final answer."""
+    if not traces:  # no call at all: not every engine takes an empty batch
+        return traces
     outs = backend.generate([cot_prompt(t.history, t.final) for t in traces], max_new_tokens=max_new_tokens,
                             temperature=temperature, seed=seed)
     for trace, text in zip(traces, outs, strict=True):
