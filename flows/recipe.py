@@ -55,7 +55,7 @@ def recipe(profile: str = "tiny", overrides: dict[str, Any] | None = None) -> Re
     with RecipeRun.start(profile=cfg.profile, flow_run_id=str(flow_run.id), workspace=ws) as run:
         log_config(cfg)
         base = base_flow(cfg, run)                                            # stage 0: base model
-        data = data_flow(cfg, run, tokenizer=base.tokenizer)                  # deep-search + code data, SFT mix
+        data = data_flow(cfg, run, base=base)                                 # deep-search data, SFT mix, §2.1.1
         sft = sft_flow(cfg, run, base=base, data=data)                        # §2.1.1 SFT curriculum
         policy = rl_flow(cfg, run, base=base, sft=sft, data=data)             # §2.1.2–2.1.3 general RL
         evaluate_flow(cfg, run, model=policy)                                 # §3 evaluation

@@ -16,7 +16,6 @@ from forge.config import RecipeConfig
 from forge.stages import Base, Checkpoint, DataMix
 from registry.tracking import DATA_MD5_TAG
 from tasks.code import code_grpo_task, code_rl_filter_task
-from tasks.refinement import cot_reconstruction_task, solution_refinement_task
 from tasks.rl import grpo_task, rm_pairwise_task, rm_pointwise_task
 
 
@@ -24,16 +23,9 @@ from tasks.rl import grpo_task, rm_pairwise_task, rm_pointwise_task
 def rl_flow(config: RecipeConfig, run: RecipeRun, *, base: Base, sft: Checkpoint, data: DataMix) -> Checkpoint:
     env = {"runtime": config.runtime, "generation": config.generation, "seed": config.seed}
     with run.phase("rl", {DATA_MD5_TAG: data.data_md5}) as rl:
-        refined = None
-        if config.refinement.enabled:  # §2.1.1: refined-over-draft pairs join the preference data
-            refined = rl.stage("solution-refinement", solution_refinement_task, cfg=config.refinement,
-                               iterations=config.sft.solution_refinement_iterations,
-                               generation=config.generation, seed=config.seed, policy=sft, data=data)
-            rl.stage("cot-reconstruction", cot_reconstruction_task, cfg=config.refinement,
-                     generation=config.generation, seed=config.seed, policy=sft, refined=refined)
         # §2.1.2 point-wise RL
         rm = rl.stage("rm-pointwise", rm_pointwise_task, cfg=config.pointwise_rl, **env, policy=sft, weak=base,
-                      data=data, refined=refined)
+                      data=data)
         policy = rl.stage("grpo-pointwise", grpo_task, stage="grpo-pointwise", cfg=config.pointwise_rl,
                           sft=config.sft, **env, policy=sft, rm=rm, data=data)
         # §2.1.3 pair-wise RL

@@ -83,7 +83,8 @@ class RewardModel(Checkpoint):
 
 
 class Mix(StageResult):
-    """The SFT mix as written (shards, held-out rows, manifest), before DVC versions it."""
+    """The SFT mix as written (shards, held-out rows, manifest), before DVC versions it; or the draft that §2.1.1's
+    refinement starts from."""
 
     mix_dir: str
     manifest: dict[str, Any] = Field(default_factory=dict, description="The mix's manifest.json.")
@@ -130,7 +131,7 @@ class SearchShard(StageResult):
 
 
 class DataFile(StageResult):
-    """A data file or versioned data folder a stage wrote (reconstructed SFT rows, code data), with counts."""
+    """A data file or versioned data folder a stage wrote (refined SFT rows, code data), with counts."""
 
     path: str
     counts: dict[str, int] = Field(default_factory=dict)

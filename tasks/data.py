@@ -1,4 +1,5 @@
-"""Prefect tasks for the data phase: pools from corpora/, the token-share SFT mix, DVC versioning."""
+"""Prefect tasks for the data phase: pools from corpora/, the token-share SFT mix, DVC versioning (the §2.1.1
+refinement steps between the mix and DVC are in tasks/refinement.py)."""
 
 from __future__ import annotations
 
@@ -31,9 +32,12 @@ def build_pools_task(*, cfg: PoolsConfig, corpora: str) -> Pools:
 
 
 @cached_task(name="build-mix", modules=("forge.data.mix", "forge.data.jsonl", "forge.chat"))
-def build_mix_task(*, cfg: MixConfig, pools: Pools, tokenizer: Tokenizer, heldout_rows: int) -> Mix:
+def build_mix_task(
+    *, cfg: MixConfig, pools: Pools, tokenizer: Tokenizer, heldout_rows: int, draft: bool = False
+) -> Mix:
     """Sample the SFT mix in target token shares from ``pools``; what reviewers changed in the pools
-    (``pools.review``) is recorded in the manifest."""
+    (``pools.review``) is recorded in the manifest. A ``draft`` (the mix §2.1.1's refinement starts from) is written
+    under the home, not data/: the refined mix is the one versioned."""
     from transformers import AutoTokenizer
 
     from forge.chat import count_chat_tokens
@@ -41,7 +45,7 @@ def build_mix_task(*, cfg: MixConfig, pools: Pools, tokenizer: Tokenizer, heldou
 
     ws = Workspace.from_env()
     tok = AutoTokenizer.from_pretrained(tokenizer.tokenizer_dir)
-    out_dir = ws.mixes / cfg.name
+    out_dir = (ws.home / "mix-drafts" if draft else ws.mixes) / cfg.name
     manifest = build_mix({d: Path(pools.files[d]) for d in DOMAINS}, cfg, lambda s: count_chat_tokens(tok, s),
                          out_dir, heldout_rows, review=pools.review)
     return Mix(mix_dir=str(out_dir), manifest=manifest.model_dump(mode="json"))
@@ -50,7 +54,7 @@ def build_mix_task(*, cfg: MixConfig, pools: Pools, tokenizer: Tokenizer, heldou
 @task(name="version-data")
 def version_data_task(*, ctx: StageContext, mix: Mix) -> DataMix:
     """``dvc add data`` + ``dvc push`` to the local remote; the ``data`` MLflow run records the md5 DVC gave
-    ``data/``, the mix's token shares per domain and its manifest."""
+    ``data/``, the mix's token shares per domain, what review and refinement changed, and its manifest."""
     from forge.data.versioning import ensure_dvc, version_data
 
     ws = Workspace.from_env()
@@ -60,8 +64,8 @@ def version_data_task(*, ctx: StageContext, mix: Mix) -> DataMix:
     metrics = {}
     for domain, row in manifest["domains"].items():
         metrics |= {f"{domain}_tokens": row["tokens"], f"{domain}_share": row["actual_share"]}
-    review = manifest.get("review") or {}
-    metrics |= {f"review_{k}": v for k, v in review.items() if isinstance(v, int | float)}
+    for step in ("review", "refinement"):
+        metrics |= {f"{step}_{k}": v for k, v in (manifest.get(step) or {}).items() if isinstance(v, int | float)}
     with ctx.start_run("data", {STAGE_TAG: "data", DATA_MD5_TAG: md5}) as run:
         mlflow.log_param("mix", Path(mix.mix_dir).name)
         mlflow.log_metrics(metrics)

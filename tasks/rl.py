@@ -18,7 +18,7 @@ import mlflow
 from forge.config import GenerationConfig, PairwiseRLConfig, PointwiseRLConfig, SFTConfig, TrainingRuntimeConfig
 from forge.data.pools import HH as HH_SOURCE
 from forge.hashing import value_digest
-from forge.stages import Checkpoint, DataMix, Refinement, RewardModel
+from forge.stages import Checkpoint, DataMix, RewardModel
 from forge.workspace import Workspace
 from registry.tracking import (
     DATA_MD5_TAG,
@@ -54,16 +54,15 @@ def rm_pointwise_task(
     policy: Checkpoint,
     weak: Checkpoint,
     data: DataMix,
-    refined: Refinement | None = None,
 ) -> RewardModel:
     """Bradley–Terry RM on the policy's backbone, registered ``forge-rm-pointwise``. Its pairs: the preference pool
     (HH-RLHF), Forge's reference-over-weak pairs (the SFT mix's reference answer over ``weak``'s answer to the same
-    prompt, both held to one budget, kept when the checklist agrees) and, when refinement ran, refined-over-draft
-    pairs. Held-out accuracy is reported per source."""
+    prompt, both held to one budget, kept when the checklist agrees) and the refined-over-draft pairs the mix
+    carries when §2.1.1's refinement built it. Held-out accuracy is reported per source."""
     from transformers import AutoTokenizer
 
     from forge.data.jsonl import read_jsonl
-    from forge.data.mix import read_mix
+    from forge.data.mix import read_mix, read_refinement_pairs
     from forge.data.schemas import PreferencePair
     from forge.generation import local_backend
     from forge.training.pairs import FORGE_PAIR_SOURCE, build_rl_prompts, reference_pairs, split_pairs
@@ -73,9 +72,8 @@ def rm_pointwise_task(
     ws = Workspace.from_env()
     train, heldout = split_pairs(read_jsonl(ws.pools / "preferences.jsonl", PreferencePair).rows, cfg.rm.eval_pairs,
                                  seed)
-    if refined is not None:
-        train += read_jsonl(refined.pairs_path, PreferencePair).rows
-    digest = value_digest(cfg, runtime, generation, policy.model_dir, weak.model_dir, data.data_md5, seed, refined)
+    train += read_refinement_pairs(data.mix_dir)
+    digest = value_digest(cfg, runtime, generation, policy.model_dir, weak.model_dir, data.data_md5, seed)
     out = ws.models / f"rm-pointwise-{digest}"
     tags = ctx.lineage({STAGE_TAG: "rm-pointwise", DATA_MD5_TAG: data.data_md5, PARENT_VERSION_TAG: policy.ref})
     with ctx.start_run("rm-pointwise", tags) as run:

@@ -20,6 +20,15 @@ def test_gpu_profile_validates_with_paper_figures():
     assert cfg.generation.backend == "vllm" and cfg.runtime.bf16
 
 
+def test_refinement_builds_sft_data_in_every_profile():
+    """§2.1.1: on in both profiles; the tiny one refines a few dozen answers in one round (seconds on CPU)."""
+    tiny, gpu = load_profile("tiny"), load_profile("nanbeige-4.1-3b")
+    assert tiny.refinement.enabled and gpu.refinement.enabled and RecipeConfig().refinement.enabled
+    assert tiny.sft.solution_refinement_iterations == 1 and tiny.refinement.items <= 64
+    assert tiny.refinement.max_new_tokens <= 64 and tiny.generation.openai_base_url is None  # the base model
+    assert gpu.sft.solution_refinement_iterations == 3
+
+
 def test_paper_shares_are_normalised():
     shares = DomainShares().normalized()
     assert sum(shares.values()) == pytest.approx(1.0)
@@ -39,6 +48,8 @@ def test_paper_shares_are_normalised():
             "sft.curriculum",
         ),  # shrinking context
         ("pointwise_rl: {grpo: {num_generations: 3}}", "pointwise_rl.grpo"),  # groups do not fit the batch
+        ("refinement: {domains: [general, maths]}", "refinement.domains"),  # not a mix domain
+        ("refinement: {domains: []}", "refinement.domains"),  # nothing to refine
     ],
 )
 def test_bad_profile_names_file_and_field(tmp_path, yaml_text, field):

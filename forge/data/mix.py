@@ -10,6 +10,12 @@ recipe: the chat-template tokenizer), so the shares are those the trainer will a
 Output directory (written as a whole, atomically): ``train-0000-of-000N.jsonl`` shards, ``heldout.jsonl``
 (rows per domain never in train, for the SFT held-out loss) and ``manifest.json``. No timestamps go into the
 manifest, so the same pools, config and counter always give byte-identical output.
+
+With §2.1.1's Solution Refinement and CoT Reconstruction (forge/data/refinement.py), that mix is a draft: the
+refined rows replace the rows they were made from, and the mix written for SFT adds ``refinement-pairs.jsonl``
+(refined-over-draft pairs for the point-wise RM) and a ``refinement`` entry in its manifest:
+
+    manifest = write_refined_mix(draft_dir, ws.mixes / cfg.mix.name, rows, pairs, count_tokens, counts)
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from pydantic import BaseModel
 from forge.atomic import atomic_dir
 from forge.config import MixConfig
 from forge.data.jsonl import dump_row, read_jsonl, write_jsonl
-from forge.data.schemas import ChatSample
+from forge.data.schemas import ChatSample, PreferencePair
 
 
 class MixError(ValueError):
@@ -52,6 +58,7 @@ class Manifest(BaseModel):
     sources: dict[str, str]  # domain → sha256 of the pool (file bytes, or the serialized rows)
     config: dict
     review: dict | None = None  # what reviewers' verdicts changed in the pools (turns masked, trajectories dropped)
+    refinement: dict | None = None  # what §2.1.1's refinement steps changed in the train rows (write_refined_mix)
 
     def max_share_error(self) -> float:
         return max(abs(d.actual_share - d.target_share) for d in self.domains.values())
@@ -172,6 +179,63 @@ def build_mix(
         write_jsonl(tmp / "heldout.jsonl", [r for d in domains for r in heldout[d]])
         (tmp / "manifest.json").write_text(json.dumps(manifest.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
     return manifest
+
+
+REFINEMENT_PAIRS = "refinement-pairs.jsonl"
+
+
+def write_refined_mix(
+    draft_dir: Path,
+    out_dir: Path,
+    refined: list[ChatSample],
+    pairs: list[PreferencePair],
+    count_tokens: Callable[[ChatSample], int],
+    counts: dict[str, int],
+) -> Manifest:
+    """The draft mix with every refined row in the place of the train row it was made from (its first parent):
+    same shards, same row count, same held-out rows. The manifest's token counts and shares are those of the rows
+    written; ``counts`` (what each refinement step changed) goes in as its ``refinement`` entry, next to the file
+    of the refined-over-draft ``pairs``.
+
+    Raises :class:`MixError` when a refined row's parent is not a train row of the draft, or two rows share one.
+    """
+    draft = read_manifest(draft_dir)
+    by_parent: dict[str, ChatSample] = {}
+    for row in refined:
+        parent = row.parents[0] if row.parents else None
+        if parent in by_parent:
+            raise MixError(f"two refined rows replace the same row {parent}")
+        by_parent[parent] = row
+    tokens = {d: s.tokens for d, s in draft.domains.items()}
+    shards: dict[str, list[ChatSample]] = {}
+    for name in draft.shards:
+        shards[name] = []
+        for row in read_jsonl(Path(draft_dir) / name, ChatSample).rows:
+            new = by_parent.pop(row.id, None)
+            if new is not None:
+                tokens[row.domain] += count_tokens(new) - count_tokens(row)
+            shards[name].append(row if new is None else new)
+    if by_parent:
+        raise MixError(f"{len(by_parent)} refined row(s) name a parent that is not a train row of {draft_dir}, "
+                       f"e.g. {next(iter(by_parent))}")
+    total = sum(tokens.values())
+    domains = {d: s.model_copy(update={"tokens": tokens[d], "actual_share": tokens[d] / total if total else 0.0})
+               for d, s in draft.domains.items()}
+    manifest = draft.model_copy(update={"total_tokens": total, "domains": domains,
+                                        "refinement": {**counts, "pairs_file": REFINEMENT_PAIRS}})
+    with atomic_dir(out_dir) as tmp:
+        for name, rows in shards.items():
+            write_jsonl(tmp / name, rows)
+        write_jsonl(tmp / draft.heldout_file, read_jsonl(Path(draft_dir) / draft.heldout_file, ChatSample).rows)
+        write_jsonl(tmp / REFINEMENT_PAIRS, pairs)
+        (tmp / "manifest.json").write_text(json.dumps(manifest.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
+    return manifest
+
+
+def read_refinement_pairs(mix_dir: str | Path) -> list[PreferencePair]:
+    """The refined-over-draft pairs a refined mix carries (none for a mix built without refinement)."""
+    path = Path(mix_dir) / REFINEMENT_PAIRS
+    return read_jsonl(path, PreferencePair).rows if path.exists() else []
 
 
 def read_manifest(mix_dir: Path) -> Manifest:

@@ -140,6 +140,20 @@ def test_mix_shares_within_tolerance(scenario):
         assert abs(row["actual_share"] - row["target_share"]) <= 0.015, (domain, row)
 
 
+def test_refined_rows_are_in_the_versioned_mix(scenario):
+    """§2.1.1 ran before SFT: the rows it changed replaced theirs in the mix DVC versioned, as its manifest counts."""
+    from forge.data.mix import read_mix
+
+    mix_dir = scenario["root"] / "data" / "mixes" / "sft-ci"
+    refinement = json.loads((mix_dir / "manifest.json").read_text())["refinement"]
+    train, _ = read_mix(mix_dir)
+    refined = [r for r in train if r.source.endswith(("+solution-refinement", "+cot-reconstruction"))]
+    assert refinement["items"] == 8 and len(refined) == refinement["rows_refined"] <= 8
+    assert all(r.parents for r in refined)
+    for name in ("solution-refinement", "cot-reconstruction", "refined-mix"):
+        assert scenario["third"]["stages"][name]["state"] == "cached", name
+
+
 def test_dvc_status_clean(scenario):
     from forge.data.versioning import data_status_clean
 
