@@ -14,7 +14,14 @@ from forge.code.data import check_policy
 from forge.code.problems.drills import drill_problems, drill_sft_rows
 from forge.code.rewards import CodeRewards
 from forge.code.sandbox import isolation_report
-from forge.config import BaseModelConfig, GRPOSettings, SFTConfig, SFTStageConfig, TokenizerConfig, TrainingRuntimeConfig
+from forge.config import (
+    BaseModelConfig,
+    GRPOSettings,
+    SFTConfig,
+    SFTStageConfig,
+    TokenizerConfig,
+    TrainingRuntimeConfig,
+)
 from forge.generation.transformers_backend import TransformersBackend
 from forge.training.base_model import build_model
 from forge.training.checkpoints import save_atomically
