@@ -135,6 +135,7 @@ class DataFile(StageResult):
 
     path: str
     counts: dict[str, int] = Field(default_factory=dict)
+    data_md5: str | None = Field(None, description="DVC's md5 of data/ once this file was versioned in it.")
 
     def paths(self) -> list[str]:
         return [self.path]

@@ -1,8 +1,8 @@
 """Prefect tasks for code (§2.3.2–2.3.3): the drills' SFT rows into the code pool, the on-policy RL filter (k of n
 rollouts per problem), the two GRPO stages of code RL, and SFT samples judged correct and time-optimal.
 
-The filter writes a versioned folder under data/code/ (rows + manifest, named by content digest: DVC versions it
-with the rest of data/) and logs pass-rate histograms. Each GRPO stage registers a ``forge-policy`` version whose
+The filter writes a folder under data/code/ (rows + manifest, named by content digest), versions data/ with DVC
+again (its md5 goes on the stage's checkpoint) and logs pass-rate histograms. Each GRPO stage registers a ``forge-policy`` version whose
 parent is the policy it started from; stage 2 draws the paper's Figure 4 (R_correctness and R_time across both
 stages, a line at the boundary) and compares the two checkpoints on held-out problems.
 
@@ -189,8 +189,11 @@ def code_rl_filter_task(
     from forge.code.data import filter_rl
     from forge.generation import local_backend
 
+    from forge.data.versioning import ensure_dvc, version_data
+
     problems = rl_problems(cfg)
     backend = local_backend(generation, policy.model_dir)
+    ws = Workspace.from_env()
     with ctx.start_run(f"code-rl-filter-stage{stage}", {STAGE_TAG: f"data/code-rl-stage{stage}"}) as run:
         rows = filter_rl(backend, problems, stage, cfg.num_rollouts, (cfg.keep_k_min, cfg.keep_k_max),
                          temperature=cfg.filter_temperature, max_new_tokens=cfg.max_new_tokens, seed=seed)
@@ -205,7 +208,10 @@ def code_rl_filter_task(
                               {"config": cfg.model_dump(mode="json"), "policy": policy.ref, "metrics": metrics})
         log_table([{k: v for k, v in r.as_dict().items() if k != "prompt"} for r in rows],
                   f"code_rl_stage{stage}.json")
-    return DataFile(path=path, run_id=run.info.run_id, metrics=metrics, counts={"rows": len(kept)})
+        ensure_dvc(ws.root, ws.dvc_remote)  # the kept problems become part of the DVC-versioned data/
+        md5 = version_data(ws.root)
+        mlflow.set_tag(DATA_MD5_TAG, md5)
+    return DataFile(path=path, run_id=run.info.run_id, metrics=metrics, counts={"rows": len(kept)}, data_md5=md5)
 
 
 def _figure4(curves: list[list[dict]], artifact: str) -> None:
@@ -281,7 +287,9 @@ def code_grpo_task(
     digest = value_digest(cfg, stage, runtime, generation, policy.model_dir, problems.path, data.data_md5, seed)
     out = ws.models / f"code-rl-stage{stage}-{digest}"
     name = f"code-rl-stage{stage}"
-    tags = ctx.lineage({STAGE_TAG: name, DATA_MD5_TAG: data.data_md5, PARENT_VERSION_TAG: policy.ref})
+    # Lineage names the data version that holds this stage's problems (the filter versioned them into data/).
+    tags = ctx.lineage({STAGE_TAG: name, DATA_MD5_TAG: problems.data_md5 or data.data_md5,
+                        PARENT_VERSION_TAG: policy.ref})
     with ctx.start_run(name, tags) as run:
         log_config(cfg)
         mlflow.log_params({"prompts": len(prompts), "problems": len({p["problem_id"] for p in prompts})})

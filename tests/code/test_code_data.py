@@ -72,6 +72,7 @@ def test_cached_tasks_write_versioned_data_and_histograms(workspace, tmp_path, m
     import mlflow
 
     from forge.config import CodeDataConfig, CodeRLConfig, GenerationConfig
+    from forge.data.versioning import data_status_clean
     from forge.stages import Checkpoint
     from registry.tracking import StageContext, init_mlflow
     from tasks.code import code_rl_filter_task, code_sft_task
@@ -90,6 +91,7 @@ def test_cached_tasks_write_versioned_data_and_histograms(workspace, tmp_path, m
                                 policy=policy)
     manifest = json.loads(Path(rl.path, "manifest.json").read_text())
     assert rl.counts["rows"] == 0 and manifest["rows"] == 0 and manifest["policy"] == "forge-policy/1"
+    assert rl.data_md5 and data_status_clean(tmp_path)  # the filter versioned data/ with its rows
     assert manifest["metrics"]["code_rl_stage1_problems"] == 11.0 and manifest["metrics"]["code_rl_stage1_mean_k"] == 0
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(rl.run_id, "plots")}
     assert artifacts == {"plots/code_rl_stage1_problem_pass_rate.png", "plots/code_rl_stage1_rollout_pass_rate.png"}
