@@ -66,9 +66,9 @@ def judge_candidates(
     judge_backend=None,
 ) -> dict[str, list[Candidate]]:
     """Correctness of every completion, and the class of the correct ones (``measure_time``): from the judge
-    model when ``judge_backend`` is given, else measured."""
+    model when ``judge_backend`` is given, else measured. A completion repeated for a problem is judged once."""
     by_id = {p.id: p for p in problems}
-    jobs = [(pid, c) for pid, texts in completions.items() for c in texts]
+    jobs = list(dict.fromkeys((pid, c) for pid, texts in completions.items() for c in texts))
 
     def one(job) -> Candidate:
         pid, completion = job
@@ -81,11 +81,8 @@ def judge_candidates(
         return Candidate(pid, completion, verdict.pass_rate, verdict.format_ok, cls)
 
     with ThreadPoolExecutor(max_workers=workers or default_workers()) as pool:
-        judged = list(pool.map(one, jobs))
-    out: dict[str, list[Candidate]] = {pid: [] for pid in completions}
-    for cand in judged:
-        out[cand.problem_id].append(cand)
-    return out
+        judged = dict(zip(jobs, pool.map(one, jobs)))
+    return {pid: [judged[(pid, c)] for c in texts] for pid, texts in completions.items()}
 
 
 def select_time_optimal(problem: Problem, candidates: Sequence[Candidate]) -> list[Candidate]:
