@@ -54,6 +54,12 @@ class Workspace:
         return self.root / "data"
 
     @property
+    def rl_data(self) -> Path:
+        """Problem sets filtered on-policy for RL: DVC-versioned apart from ``data/`` (``rl-data.dvc``), because
+        they depend on the policy and would otherwise change the SFT data's md5 on every run."""
+        return self.root / "rl-data"
+
+    @property
     def pools(self) -> Path:
         return self.data / "pools"
 

@@ -1,8 +1,9 @@
 """Prefect tasks for code (§2.3.2–2.3.3): the drills' SFT rows into the code pool, the on-policy RL filter (k of n
 rollouts per problem), the two GRPO stages of code RL, and SFT samples judged correct and time-optimal.
 
-The filter writes a folder under data/code/ (rows + manifest, named by content digest), versions data/ with DVC
-again (its md5 goes on the stage's checkpoint) and logs pass-rate histograms. Each GRPO stage registers a ``forge-policy`` version whose
+The filter writes a folder under rl-data/code/ (rows + manifest, named by content digest), versions rl-data/ with
+DVC (``rl-data.dvc``; apart from data/, whose md5 must not move with every policy; its md5 goes on the stage's
+checkpoint) and logs pass-rate histograms. Each GRPO stage registers a ``forge-policy`` version whose
 parent is the policy it started from; stage 2 draws the paper's Figure 4 (R_correctness and R_time across both
 stages, a line at the boundary) and compares the two checkpoints on held-out problems.
 
@@ -41,6 +42,7 @@ from registry.tracking import (
 from tasks._cache import cached_task
 
 logger = logging.getLogger(__name__)
+RL_DATA_MD5_TAG = "forge.rl_data_md5"  # DVC's md5 of rl-data/ (on-policy filtered problems)
 CODE_MODULES = ("forge.code.data", "forge.code.judge", "forge.code.complexity", "forge.code.candidates",
                 "forge.code.problems.drills")
 CODE_RL_MODULES = (*CODE_MODULES, "forge.code.rewards", "forge.training.grpo", "forge.training.sft")
@@ -94,14 +96,12 @@ def _complexity_judge(cfg: CodeDataConfig):
     return get_backend("openai", base_url=cfg.complexity_judge_url, model=cfg.complexity_judge_model)
 
 
-def _write_version(name: str, rows: list[dict], manifest: dict) -> str:
+def _write_version(name: str, rows: list[dict], manifest: dict, under: Path | None = None) -> str:
     from forge.atomic import atomic_open
     from forge.data.jsonl import write_jsonl
-    from forge.hashing import value_digest
-    from forge.workspace import Workspace
 
     digest = value_digest(rows, length=12)
-    out = Workspace.from_env().data / "code" / name / f"v-{digest}"
+    out = (under or Workspace.from_env().data) / "code" / name / f"v-{digest}"
     out.mkdir(parents=True, exist_ok=True)
     write_jsonl(out / "rows.jsonl", rows)
     with atomic_open(out / "manifest.json") as f:
@@ -185,11 +185,10 @@ def code_rl_filter_task(
     *, ctx: StageContext, cfg: CodeRLConfig, generation: GenerationConfig, seed: int, stage: int, policy: Checkpoint
 ) -> DataFile:
     """n rollouts per problem from ``policy``; keep problems whose k (solved, or solved inside the bound in stage
-    2) is in range (§2.3.2). The kept rows are versioned under data/code/rl-stage<N>/."""
+    2) is in range (§2.3.2). The kept rows are versioned under rl-data/code/rl-stage<N>/."""
     from forge.code.data import filter_rl
-    from forge.generation import local_backend
-
     from forge.data.versioning import ensure_dvc, version_data
+    from forge.generation import local_backend
 
     problems = rl_problems(cfg)
     backend = local_backend(generation, policy.model_dir)
@@ -205,12 +204,13 @@ def code_rl_filter_task(
                    f"code_rl_stage{stage}_mean_k": sum(r.k for r in rows) / max(1, len(rows))}
         mlflow.log_metrics(metrics)
         path = _write_version(f"rl-stage{stage}", [r.as_dict() for r in kept],
-                              {"config": cfg.model_dump(mode="json"), "policy": policy.ref, "metrics": metrics})
+                              {"config": cfg.model_dump(mode="json"), "policy": policy.ref, "metrics": metrics},
+                              under=ws.rl_data)
         log_table([{k: v for k, v in r.as_dict().items() if k != "prompt"} for r in rows],
                   f"code_rl_stage{stage}.json")
-        ensure_dvc(ws.root, ws.dvc_remote)  # the kept problems become part of the DVC-versioned data/
-        md5 = version_data(ws.root)
-        mlflow.set_tag(DATA_MD5_TAG, md5)
+        ensure_dvc(ws.root, ws.dvc_remote)  # the kept problems are versioned in rl-data/ (rl-data.dvc)
+        md5 = version_data(ws.root, ws.rl_data.name)
+        mlflow.set_tag(RL_DATA_MD5_TAG, md5)
     return DataFile(path=path, run_id=run.info.run_id, metrics=metrics, counts={"rows": len(kept)}, data_md5=md5)
 
 
@@ -263,7 +263,7 @@ def code_grpo_task(
     also draws Figure 4 from both stages' curves and checks both checkpoints on held-out problems."""
     from transformers import AutoTokenizer
 
-    from forge.code.data import check_policy
+    from forge.code.data import RLRow, check_policy
     from forge.code.rewards import CodeRewards
     from forge.data.jsonl import read_jsonl
     from forge.data.mix import read_mix
@@ -276,9 +276,9 @@ def code_grpo_task(
     settings = cfg.stage1 if stage == 1 else cfg.stage2
     tokenizer = AutoTokenizer.from_pretrained(policy.model_dir)
     table = {p.id: p for p in rl_problems(cfg)}
-    kept = read_jsonl(Path(problems.path) / "rows.jsonl").rows
-    prompts = [{"prompt": [{"role": "user", "content": r["prompt"]}], "problem_id": r["problem_id"]} for r in kept
-               if len(tokenizer.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=True,
+    kept = read_jsonl(Path(problems.path) / "rows.jsonl", RLRow).rows
+    prompts = [{"prompt": [{"role": "user", "content": r.prompt}], "problem_id": r.problem_id} for r in kept
+               if len(tokenizer.apply_chat_template([{"role": "user", "content": r.prompt}], tokenize=True,
                                                     add_generation_prompt=True)) <= settings.max_prompt_length]
     if not prompts:  # nothing in range: training would see only zero advantages
         logger.warning("code RL stage %d: the on-policy filter kept no problem (%s): the policy goes on unchanged; "
@@ -287,8 +287,8 @@ def code_grpo_task(
     digest = value_digest(cfg, stage, runtime, generation, policy.model_dir, problems.path, data.data_md5, seed)
     out = ws.models / f"code-rl-stage{stage}-{digest}"
     name = f"code-rl-stage{stage}"
-    # Lineage names the data version that holds this stage's problems (the filter versioned them into data/).
-    tags = ctx.lineage({STAGE_TAG: name, DATA_MD5_TAG: problems.data_md5 or data.data_md5,
+    # Lineage: the SFT data's version, and the rl-data version holding this stage's problems.
+    tags = ctx.lineage({STAGE_TAG: name, DATA_MD5_TAG: data.data_md5, RL_DATA_MD5_TAG: problems.data_md5 or "",
                         PARENT_VERSION_TAG: policy.ref})
     with ctx.start_run(name, tags) as run:
         log_config(cfg)

@@ -19,7 +19,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict
 
 from forge.code.complexity import RANK, judge_complexity
 from forge.code.judge import build_program, judge_correctness
@@ -137,8 +139,11 @@ def sample_sft(
     return SFTResult(samples, judged)
 
 
-@dataclass(frozen=True)
-class RLRow:
+class RLRow(BaseModel):
+    """One problem's filter verdict: a row of the versioned filter output (data/code/rl-stage<N>/)."""
+
+    model_config = ConfigDict(frozen=True)
+
     problem_id: str
     prompt: str
     k: int  # rollouts meeting the stage's criterion
@@ -148,7 +153,7 @@ class RLRow:
     complexity: str  # the reference's class (the bound stage 2 checks)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return self.model_dump()
 
 
 def filter_rl(
@@ -176,7 +181,8 @@ def filter_rl(
             bound = RANK.get(p.complexity)
             k = sum(c.correct and bound is not None and RANK.get(c.complexity, 99) <= bound for c in cands)
         kept = k_range[0] <= k <= k_range[1]
-        rows.append(RLRow(p.id, p.prompt(), k, len(cands), kept, [c.pass_rate for c in cands], p.complexity))
+        rows.append(RLRow(problem_id=p.id, prompt=p.prompt(), k=k, n=len(cands), kept=kept,
+                          pass_rates=[c.pass_rate for c in cands], complexity=p.complexity))
     return rows
 
 

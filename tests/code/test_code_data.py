@@ -91,7 +91,8 @@ def test_cached_tasks_write_versioned_data_and_histograms(workspace, tmp_path, m
                                 policy=policy)
     manifest = json.loads(Path(rl.path, "manifest.json").read_text())
     assert rl.counts["rows"] == 0 and manifest["rows"] == 0 and manifest["policy"] == "forge-policy/1"
-    assert rl.data_md5 and data_status_clean(tmp_path)  # the filter versioned data/ with its rows
+    assert rl.path.startswith(str(tmp_path / "rl-data" / "code" / "rl-stage1" / "v-"))
+    assert rl.data_md5 and data_status_clean(tmp_path, "rl-data")  # versioned apart from data/
     assert manifest["metrics"]["code_rl_stage1_problems"] == 11.0 and manifest["metrics"]["code_rl_stage1_mean_k"] == 0
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(rl.run_id, "plots")}
     assert artifacts == {"plots/code_rl_stage1_problem_pass_rate.png", "plots/code_rl_stage1_rollout_pass_rate.png"}
