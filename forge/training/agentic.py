@@ -59,6 +59,7 @@ logger = logging.getLogger(__name__)
 
 Chat = list[dict[str, Any]]
 STATE_FILE = "agentic_state.pt"
+MIN_SHARED_PREFIX = 32  # tokens a micro-batch's rows must share before the prefix is run once
 CURVES = ("trajectory_reward", "turn_reward", "rejected_turn_share", "tool_calls")
 
 
@@ -203,6 +204,26 @@ def collate(sequences: list[PackedSequence], pad_id: int) -> dict[str, torch.Ten
     return {"input_ids": ids, "attention_mask": attention, "mask": mask, "advantages": advantages}
 
 
+def shared_prefix_logits(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                         min_prefix: int = MIN_SHARED_PREFIX) -> torch.Tensor:
+    """Logits ``(B, T, V)`` of right-padded sequences, the prefix every row shares (the system prompt with the
+    tool specs, most of a tiny profile's tokens) run once: its keys and values are repeated over the batch for the
+    rest. Equal to ``model(input_ids, attention_mask).logits`` (tests/training/test_agentic.py), gradients
+    included; a plain forward pass when the shared prefix is shorter than ``min_prefix``."""
+    rows, width = input_ids.shape
+    same = ((input_ids == input_ids[:1]) & (attention_mask == 1)).all(dim=0).tolist()
+    prefix = min(same.index(False) if False in same else width, width - 1)
+    if rows == 1 or prefix < min_prefix:
+        return model(input_ids=input_ids, attention_mask=attention_mask).logits
+    head = model(input_ids=input_ids[:1, :prefix], use_cache=True)
+    cache = head.past_key_values
+    cache.batch_repeat_interleave(rows)
+    positions = torch.arange(prefix, width, device=input_ids.device).expand(rows, -1)
+    tail = model(input_ids=input_ids[:, prefix:], attention_mask=attention_mask, past_key_values=cache,
+                 position_ids=positions, use_cache=False)
+    return torch.cat([head.logits.expand(rows, -1, -1), tail.logits], dim=1)
+
+
 def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
     """log π(token j | tokens < j) for j ≥ 1: logits ``(B, T, V)``, ids ``(B, T)`` → ``(B, T-1)``."""
     return torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)
@@ -287,9 +308,9 @@ def update_policy(model: PreTrainedModel, ref_model: PreTrainedModel | None, epi
         ref = None
         if ref_model is not None:
             with torch.no_grad():
-                ref = token_logprobs(ref_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
-                                               ).logits, batch["input_ids"])
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+                ref = token_logprobs(shared_prefix_logits(ref_model, batch["input_ids"], batch["attention_mask"]),
+                                     batch["input_ids"])
+        logits = shared_prefix_logits(model, batch["input_ids"], batch["attention_mask"])
         loss, kl_sum = sequence_loss(logits, batch, float(trained), ref, cfg.beta)
         loss.backward()
         stats["loss"] += float(loss.detach())

@@ -23,6 +23,7 @@ from forge.training.agentic import (
     build_sequences,
     collate,
     sequence_loss,
+    shared_prefix_logits,
     token_logprobs,
     train_agentic,
     turn_advantages,
@@ -179,6 +180,26 @@ def test_one_update_raises_the_rewarded_answer_and_lowers_the_unrewarded_one(epi
     assert stats["sequences"] == 2 and stats["trained_tokens"] > 0
     assert after[0] > before[0] + 1.0  # the right answer (advantage +1) is more likely
     assert after[1] < before[1]  # the wrong one (rejected, advantage -0.5) less, though it shares the reasoning
+
+
+def test_shared_prefix_logits_equal_a_plain_forward_pass(model_dir):
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    torch.manual_seed(0)
+    ids = torch.randint(5, 1000, (3, 80))
+    ids[:, :50] = ids[0, :50]  # a shared prefix of 50 tokens, then rows of 80, 70 and 60 tokens
+    attention = torch.ones_like(ids)
+    for row, length in enumerate([80, 70, 60]):
+        attention[row, length:] = 0
+    real = attention.bool()
+    plain = model(input_ids=ids, attention_mask=attention).logits
+    plain[real].sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    shared = shared_prefix_logits(model, ids, attention)
+    shared[real].sum().backward()
+    assert torch.allclose(plain[real], shared[real], atol=1e-4)
+    for before, param in zip(grads, model.parameters(), strict=True):  # equal up to float rounding
+        assert torch.allclose(before, param.grad, rtol=1e-4, atol=1e-5 * float(before.abs().max()))
 
 
 # --- the training loop and the stage ---------------------------------------------------------------------------
