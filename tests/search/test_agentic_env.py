@@ -148,3 +148,5 @@ def test_the_call_budget_ends_an_episode_without_running_the_extra_call(tools, t
     [rollout] = run_episodes(policy, [lookups[1]], tools, max_tool_calls=3)
     assert rollout.tool_calls == 3 and rollout.ended == "budget" and rollout.trajectory.final_answer is None
     assert rollout.trajectory.messages[-1].role == "assistant" and rollout.trajectory.messages[-1].tool_calls
+    last = judge_trajectory(rollout.trajectory, lookups[1], tools.graph)[-1]
+    assert not last.passed and "call budget" in " ".join(last.reasons)  # the unrun call fails the critic
