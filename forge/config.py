@@ -297,6 +297,50 @@ class DeepSearchConfig(Strict):
         return self
 
 
+class AgenticRLConfig(Strict):
+    """The abstract and §2.2's agentic RL ("a lightweight agentic RL stage" after code RL, §2.4): the policy answers
+    questions with the offline tools in multi-turn episodes (up to 600 tool calls in the paper), rewarded per
+    trajectory (the final answer is the gold one) and per turn (§2.2.1: a turn the critic fails gets no loss or a
+    negative reward). The update is a group-relative policy gradient, forge/training/agentic.py."""
+
+    questions: int = Field(2000, ge=1, description="1–2-hop lookup questions whose heads no SFT row visited.")
+    min_hops: int = Field(1, ge=1, description="Fewest hops of a lookup question.")
+    max_hops: int = Field(2, ge=1, description="Most hops of a lookup question (one visit per hop).")
+    num_generations: int = Field(8, ge=2, description="Episodes per question: the group advantages compare within.")
+    questions_per_step: int = Field(8, ge=1, description="Questions per optimiser step.")
+    max_steps: int = Field(100, ge=1, description="Optimiser steps (one batch of fresh episodes each).")
+    learning_rate: float = Field(1e-6, gt=0, description="Policy learning rate (AdamW, constant).")
+    beta: float = Field(0.0, ge=0, description="KL coefficient to the starting policy (0: no reference model).")
+    temperature: float = Field(1.0, gt=0, description="Rollout sampling temperature.")
+    max_tool_calls: int = Field(600, ge=1, description="Tool calls an episode may run (abstract: up to 600).")
+    max_new_tokens: int = Field(4096, ge=8, description="Tokens per assistant turn.")
+    context_tokens: int = Field(
+        262_144, ge=64, description="Model context (§2.1.1: 256k); the history shown is cut to leave one turn's "
+        "max_new_tokens free.")
+    context_strategy: Literal["truncate", "elide"] = Field(
+        "truncate", description="How old tool responses are cut when the history does not fit: to their first "
+        "truncated_tool_chars characters, or to a stub; then the oldest steps are folded into a note.")
+    keep_recent_tool_responses: int = Field(2, ge=0, description="Newest tool responses never cut.")
+    truncated_tool_chars: int = Field(400, ge=0, description="Characters an old tool response keeps (truncate).")
+    trajectory_weight: float = Field(1.0, ge=0, description="Weight of the group-normalized trajectory reward.")
+    turn_weight: float = Field(
+        0.5, ge=0, description="A rejected turn's advantage is -turn_weight (rejected_turns='negative_reward').")
+    rejected_turns: Literal["no_loss", "negative_reward"] = Field(
+        "no_loss", description="A turn the critic fails (§2.2.1) trains on nothing, or on a negative reward.")
+    micro_batch_size: int = Field(8, ge=1, description="Sequences per forward/backward pass (gradients add up).")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping.")
+    save_steps: int = Field(25, ge=1, description="Checkpoint interval: a killed stage resumes here.")
+
+    @model_validator(mode="after")
+    def _fits(self) -> AgenticRLConfig:
+        if not self.min_hops <= self.max_hops:
+            raise ValueError("need min_hops <= max_hops")
+        if self.max_new_tokens >= self.context_tokens:
+            raise ValueError(f"max_new_tokens ({self.max_new_tokens}) must leave room in context_tokens "
+                             f"({self.context_tokens}) for the question")
+        return self
+
+
 class VLLMConfig(Strict):
     tensor_parallel_size: int = Field(1, ge=1)
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
@@ -427,6 +471,7 @@ class RecipeConfig(Strict):
     refinement: RefinementConfig = RefinementConfig()
     code_rl: CodeRLConfig = CodeRLConfig()
     deep_search: DeepSearchConfig = DeepSearchConfig()
+    agentic_rl: AgenticRLConfig = AgenticRLConfig()
     generation: GenerationConfig = GenerationConfig()
     runtime: TrainingRuntimeConfig = TrainingRuntimeConfig()
     eval: EvalConfig = EvalConfig()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from forge.chat import messages_to_hf, parse_assistant_text
+from forge.chat import parse_assistant_text
 from forge.data.corpora import DATE_ATTRS
 from forge.data.schemas import Message, SearchQA, SearchTrajectory, ToolCall
 from forge.search.critic import normalize_answer
@@ -284,11 +284,12 @@ def parse_assistant(text: str) -> Message:
 
 
 class ReActAgent:
-    """The policy model answering through the tools: generate → parse call → run tool → … (batched over QAs).
+    """The policy model answering through the tools: generate → parse call → run tool → … (batched over QAs), with
+    at most ``max_turns`` assistant turns (the last may only answer: its call is not run).
 
-    Not run by the recipe yet: synthesis uses the scripted agents only. The policy joins them as an agent, and
-    drives the agentic RL rollouts, when those stages land (docs/architecture.md, "Built, not yet in the recipe");
-    tests/search/test_react_cli.py runs it on a real model today."""
+    The loop is :func:`forge.search.rollout.run_episodes`, the one agentic RL's rollouts run; here the policy is a
+    generation backend. Not run by the recipe: synthesis uses the scripted agents only;
+    tests/search/test_react_cli.py runs it on a real model."""
 
     name = "policy"
 
@@ -296,27 +297,16 @@ class ReActAgent:
         self.backend, self.max_turns = backend, max_turns
         self.max_new_tokens, self.temperature = max_new_tokens, temperature
 
+    def generate(self, chats: list[list[dict[str, Any]]], tools: list[dict[str, Any]]) -> list[tuple[str, None]]:
+        texts = self.backend.generate(chats, tools=tools, max_new_tokens=self.max_new_tokens,
+                                      temperature=self.temperature)
+        return [(text, None) for text in texts]
+
+    def count_tokens(self, chat: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+        raise NotImplementedError("ReActAgent runs without a context budget")
+
     def run_many(self, qas: list[SearchQA], tools: SearchTools) -> list[SearchTrajectory]:
-        episodes = [Episode(tools, qa.question) for qa in qas]
-        finals: list[str | None] = [None] * len(qas)
-        active = list(range(len(qas)))
-        specs = [s.model_dump(mode="json") for s in tools.specs]
-        for _ in range(self.max_turns):
-            if not active:
-                break
-            texts = self.backend.generate([messages_to_hf(episodes[i].messages) for i in active], tools=specs,
-                                          max_new_tokens=self.max_new_tokens, temperature=self.temperature)
-            still = []
-            for i, text in zip(active, texts, strict=True):
-                msg = parse_assistant(text)
-                ep = episodes[i]
-                ep.messages.append(msg)
-                if msg.tool_calls:
-                    call = msg.tool_calls[0]
-                    ep.messages.append(Message(role="tool", name=call.name, content=tools.call(call.name,
-                                                                                             call.arguments)))
-                    still.append(i)
-                else:
-                    finals[i] = msg.content
-            active = still
-        return [ep.finish(qa, self.name, final) for ep, qa, final in zip(episodes, qas, finals, strict=True)]
+        from forge.search.rollout import run_episodes  # the loop's module imports this one (Episode, parse_assistant)
+
+        rollouts = run_episodes(self, qas, tools, max_tool_calls=self.max_turns - 1, agent=self.name)
+        return [r.trajectory for r in rollouts]

@@ -102,7 +102,10 @@ def judge_trajectory(traj: SearchTrajectory, qa: SearchQA, g: SearchGraph) -> li
         elif key in calls:
             tool_ok = False
             reasons.append("repeats an earlier call")
-        if obs is None or obs.startswith("Error"):
+        if obs is None:
+            tool_ok = False
+            reasons.append("the call was not run (the episode's call budget or context was spent)")
+        elif obs.startswith("Error"):
             tool_ok = False
             reasons.append("the tool returned an error")
         calls.add(key)

@@ -1,0 +1,107 @@
+"""Lookup questions: the agentic RL task family a small policy can learn (1–2 hops, one visit per hop).
+
+The synthesis questions of §2.2.1 (forge/search/walks.py: 2–5 hops, obfuscated heads, conditions on the tails)
+take a scripted planner a dozen calls; a 4-layer policy never finishes one, so RL on them has no reward to follow.
+A lookup is a walk of 1–2 hops from a *named* head whose every hop has exactly one tail (no condition to check):
+``What is the county of the place of birth of Hans Zimmer?`` is answered by visiting "Hans Zimmer" with the goal
+``place of birth``, then its birthplace with the goal ``county``, and answering — two tool calls.
+
+Held out from SFT: :func:`sft_seen` collects what the SFT mix's rows ask and visit; :func:`build_lookup_qas` skips
+every head whose page an SFT row opened and every question an SFT row asks, so RL trains on questions the policy
+was never shown solved (tests/search/test_agentic_env.py checks it on a synthesized mix).
+
+    seen = sft_seen(train_rows + heldout_rows)
+    qas = build_lookup_qas(tools.graph, 400, min_hops=1, max_hops=2, seen=seen, seed=0)
+    traj = LookupAgent().run(qas[0], tools)        # the scripted solution (SFT data for a bench policy)
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from forge.data.schemas import ChatSample, SearchQA, SearchTrajectory
+from forge.search.agents import Episode, fact_tails
+from forge.search.critic import normalize_answer
+from forge.search.graph import SearchGraph
+from forge.search.heads import categorical_relations
+from forge.search.tools import SearchTools
+from forge.search.walks import WalkParams, answer_set, sample_walk, walk_to_qa
+
+SOURCE = "kg_fb15k237:lookups"
+WALK_TRIES = 4  # walks tried per head and hop count before the head is passed over
+
+
+@dataclass(frozen=True)
+class SftSeen:
+    """What the SFT rows showed the policy: the pages their tool calls opened and the questions they ask."""
+
+    pages: frozenset[str] = field(default_factory=frozenset)
+    questions: frozenset[str] = field(default_factory=frozenset)
+
+
+def sft_seen(rows: list[ChatSample]) -> SftSeen:
+    """Pages visited (``visit`` calls) and first user questions of every row with tool calls."""
+    pages, questions = set(), set()
+    for row in rows:
+        calls = [c for m in row.messages for c in m.tool_calls]
+        if not calls:
+            continue
+        pages |= {c.arguments["page"].casefold() for c in calls
+                  if c.name == "visit" and isinstance(c.arguments.get("page"), str)}
+        questions |= {m.content.strip() for m in row.messages[:2] if m.role == "user"}
+    return SftSeen(frozenset(pages), frozenset(questions))
+
+
+def build_lookup_qas(g: SearchGraph, n: int, *, min_hops: int = 1, max_hops: int = 2, seen: SftSeen = SftSeen(),
+                     seed: int = 0, max_hub_degree: int = 200) -> list[SearchQA]:
+    """Up to ``n`` lookup QAs, heads taken in a seeded order, hop counts cycling from ``min_hops`` to ``max_hops``.
+
+    A QA is kept when every hop has a single tail (no condition), the graph gives exactly its answer
+    (:func:`forge.search.walks.answer_set`), the answer is not the head, and neither its head's page nor its
+    question is in ``seen``."""
+    categorical = categorical_relations(g)
+    heads = [m for m in g.entities if g.title(m).casefold() not in seen.pages]
+    random.Random(f"{seed}:lookups").shuffle(heads)
+    out: list[SearchQA] = []
+    ids: set[str] = set()
+    span = max_hops - min_hops + 1
+    for i, head in enumerate(heads):
+        if len(out) >= n:
+            break
+        hops = min_hops + i % span
+        for attempt in range(WALK_TRIES):
+            rng = random.Random(f"{seed}:{head}:{hops}:{attempt}")
+            walk = sample_walk(g, head, rng, WalkParams(hops=hops, max_hub_degree=max_hub_degree,
+                                                        obfuscate_head_prob=0.0, seed=seed), categorical)
+            if walk is None or any(h.condition is not None for h in walk.hops):
+                continue
+            qa = walk_to_qa(g, walk).model_copy(update={"source": SOURCE})
+            if (qa.id in ids or qa.question in seen.questions or answer_set(g, qa.walk) != {walk.answer}
+                    or normalize_answer(qa.answer) == normalize_answer(g.title(head))):
+                continue
+            ids.add(qa.id)
+            out.append(qa)
+            break
+    return out
+
+
+class LookupAgent:
+    """The scripted solution of a lookup: visit the head with the hop's relation as the goal, then the tail it
+    names, and so on; answer with the last tail. One call per hop, no search (the head is named)."""
+
+    name = "lookup"
+
+    def run(self, qa: SearchQA, tools: SearchTools) -> SearchTrajectory:
+        ep = Episode(tools, qa.question)
+        current = tools.graph.title(qa.walk["head"])
+        for hop in qa.walk["hops"]:
+            label = hop["label"]
+            page = ep.act(f"I need the {label} of \"{current}\".", "visit", {"page": current, "goal": label})
+            tails = fact_tails(page, current, label)
+            if not tails:
+                ep.answer(f"The page of \"{current}\" does not give its {label}.", "unknown")
+                return ep.finish(qa, self.name, "unknown")
+            current = tails[0]
+        ep.answer(f"The {qa.walk['hops'][-1]['label']} is \"{current}\".", current)
+        return ep.finish(qa, self.name, current)
