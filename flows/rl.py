@@ -1,5 +1,5 @@
 """RL flow after SFT: point-wise RM → point-wise GRPO → pair-wise RM → pair-wise GRPO (§2.1.2–2.1.3), then code RL
-stage 1 → stage 2, each after its on-policy filter (§2.3.2–2.3.3).
+stage 1 → stage 2, each after its on-policy filter (§2.3.2–2.3.3), then agentic RL (§2.2).
 
 Every stage registers its checkpoint (``forge-rm-pointwise``, ``forge-rm-pairwise``, and one ``forge-policy``
 version per GRPO stage whose parent tag names the version it started from); the last policy is what the recipe
@@ -15,6 +15,7 @@ from flows._stages import RecipeRun
 from forge.config import RecipeConfig
 from forge.stages import Base, Checkpoint, DataMix
 from registry.tracking import DATA_MD5_TAG
+from tasks.agentic import agentic_rl_task
 from tasks.code import code_grpo_task, code_rl_filter_task
 from tasks.rl import grpo_task, rm_pairwise_task, rm_pointwise_task
 
@@ -40,4 +41,7 @@ def rl_flow(config: RecipeConfig, run: RecipeRun, *, base: Base, sft: Checkpoint
                                 generation=config.generation, seed=config.seed, stage=stage, policy=policy)
                 policy = rl.stage(f"code-rl-stage{stage}", code_grpo_task, stage=stage, cfg=config.code_rl,
                                   sft=config.sft, **env, policy=policy, problems=kept, data=data)
-        return policy
+        # Agentic RL (§2.2, §2.4: "a lightweight agentic RL stage" last): multi-turn tool episodes, trajectory +
+        # turn rewards
+        return rl.stage("agentic-rl", agentic_rl_task, cfg=config.agentic_rl, sft=config.sft,
+                        runtime=config.runtime, seed=config.seed, policy=policy, data=data)

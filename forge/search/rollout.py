@@ -172,6 +172,11 @@ def run_episodes(policy: AgentPolicy, qas: list[SearchQA], tools: SearchTools, *
         for i in active:
             fitted = (episodes[i].messages, 0) if context is None else fit_context(episodes[i].messages, fits, context)
             if fitted is None:
+                if len(episodes[i].messages) == 1:  # not even the question fits: a setting, not a long horizon
+                    need = policy.count_tokens(messages_to_hf(episodes[i].messages), specs)
+                    raise ValueError(f"the question with the tools' system prompt takes {need} tokens, more than the "
+                                     f"{context.tokens} the context leaves for a prompt (agentic_rl.context_tokens "
+                                     "minus max_new_tokens): raise context_tokens (and the model's context)")
                 ended[i] = "context"
                 continue
             most_reduced[i] = max(most_reduced[i], fitted[1])
