@@ -18,6 +18,7 @@ def test_gpu_profile_validates_with_paper_figures():
     assert [s.max_length for s in cfg.sft.curriculum] == [32_768, 65_536, 262_144]  # §2.1.1
     assert cfg.pointwise_rl.grpo.num_generations == cfg.pairwise_rl.grpo.num_generations == 8  # §2.1.2
     assert cfg.generation.backend == "vllm" and cfg.runtime.bf16
+    assert cfg.agentic_rl.max_tool_calls == 600 and cfg.agentic_rl.context_tokens == 262_144  # abstract, §2.1.1
 
 
 def test_refinement_builds_sft_data_in_every_profile():
