@@ -283,7 +283,7 @@ def code_grpo_task(
     if not prompts:  # nothing in range: training would see only zero advantages
         logger.warning("code RL stage %d: the on-policy filter kept no problem (%s): the policy goes on unchanged; "
                        "widen code_rl.keep_k_min/keep_k_max or add problems (code_rl.sources)", stage, problems.path)
-        return policy
+        return policy.model_copy(update={"metrics": {f"code_rl_stage{stage}_trained": 0.0}})  # not its parent's
     digest = value_digest(cfg, stage, runtime, generation, policy.model_dir, problems.path, data.data_md5, seed)
     out = ws.models / f"code-rl-stage{stage}-{digest}"
     name = f"code-rl-stage{stage}"
