@@ -244,6 +244,11 @@ def _figure4(curves: list[list[dict]], artifact: str) -> None:
 CURVE_FILE = "code_rl_curve.json"
 
 
+def _short(key: str) -> str:
+    """TRL's per-function log key without its decoration: ``rewards/r_time/mean_last20`` → ``r_time_last20``."""
+    return key.replace("rewards/", "").replace("/mean", "")
+
+
 @cached_task(name="code-grpo", modules=CODE_RL_MODULES)
 def code_grpo_task(
     *,
@@ -277,9 +282,10 @@ def code_grpo_task(
     tokenizer = AutoTokenizer.from_pretrained(policy.model_dir)
     table = {p.id: p for p in rl_problems(cfg)}
     kept = read_jsonl(Path(problems.path) / "rows.jsonl", RLRow).rows
-    prompts = [{"prompt": [{"role": "user", "content": r.prompt}], "problem_id": r.problem_id} for r in kept
-               if len(tokenizer.apply_chat_template([{"role": "user", "content": r.prompt}], tokenize=True,
-                                                    add_generation_prompt=True)) <= settings.max_prompt_length]
+    chats = [([{"role": "user", "content": r.prompt}], r.problem_id) for r in kept]
+    prompts = [{"prompt": chat, "problem_id": pid} for chat, pid in chats
+               if len(tokenizer.apply_chat_template(chat, tokenize=True, add_generation_prompt=True))
+               <= settings.max_prompt_length]
     if not prompts:  # nothing in range: training would see only zero advantages
         logger.warning("code RL stage %d: the on-policy filter kept no problem (%s): the policy goes on unchanged; "
                        "widen code_rl.keep_k_min/keep_k_max or add problems (code_rl.sources)", stage, problems.path)
@@ -301,9 +307,8 @@ def code_grpo_task(
         for key, label in CURVES.items():
             steps, values = result.series(key)
             if values:
-                log_curve(f"{name}_{key.split('/')[-2] if '/' in key else key}", steps, values, label)
-        metrics = result.window_metrics(CURVES)
-        metrics = {k.replace("rewards/", "").replace("/mean", ""): v for k, v in metrics.items()}
+                log_curve(f"{name}_{_short(key)}", steps, values, label)
+        metrics = {_short(k): v for k, v in result.window_metrics(CURVES).items()}
         if stage == 2:
             before = Path(policy.model_dir) / CURVE_FILE  # absent when stage 1 kept no problem
             curves = [json.loads(before.read_text()) if before.exists() else [], result.curve]

@@ -34,13 +34,8 @@ from forge.code.runner import default_workers
 @dataclass(frozen=True)
 class RewardParts:
     format: float
-    correctness: float
-    time: float
-    pass_rate: float
-
-    @property
-    def total(self) -> float:
-        return self.format + self.correctness + self.time
+    correctness: float  # the pass rate
+    time: float  # gated: 0 below pass rate 1
 
 
 @cache
@@ -51,21 +46,20 @@ def _default_problems() -> dict[str, Problem]:
 def score_completion(
     problem: Problem,
     completion: str,
-    stage: int,
     format_weight: float = 0.2,
     time_weight: float = 1.0,
     judge_backend=None,
     **judge_options,
 ) -> RewardParts:
-    """The reward parts of one completion (see the module docstring)."""
+    """The reward parts of one completion (see the module docstring); which parts count is the stage's weights."""
     verdict = judge_correctness(problem, completion, **judge_options)
     r_format = format_weight if verdict.format_ok else 0.0
     r_time = 0.0
-    if stage >= 2 and verdict.all_passed and problem.complexity and problem.generate is not None:
+    if verdict.all_passed and problem.complexity and problem.generate is not None:
         program, lang, _ = build_program(problem, completion)
         measured = judge_complexity(program, problem, backend=judge_backend, lang=lang)
         r_time = time_weight * time_reward(measured, problem.complexity)
-    return RewardParts(r_format, verdict.pass_rate, r_time, verdict.pass_rate)
+    return RewardParts(r_format, verdict.pass_rate, r_time)
 
 
 class CodeRewards:
@@ -82,7 +76,7 @@ class CodeRewards:
         trainer = GRPOTrainer(..., reward_funcs=rewards.funcs(), args=GRPOConfig(reward_weights=rewards.weights(1)))
     """
 
-    PARTS = ("r_format", "r_correctness", "r_time")
+    PARTS = (("r_format", "format"), ("r_correctness", "correctness"), ("r_time", "time"))  # TRL name, field
 
     def __init__(
         self,
@@ -117,7 +111,7 @@ class CodeRewards:
 
         def one(key: tuple[str, str]) -> RewardParts:
             pid, text = key
-            return score_completion(table[pid], text, 2, self.format_weight, self.time_weight, self.judge_backend,
+            return score_completion(table[pid], text, self.format_weight, self.time_weight, self.judge_backend,
                                     **self.judge_options)
 
         with ThreadPoolExecutor(max_workers=self.workers or default_workers()) as pool:
@@ -127,13 +121,11 @@ class CodeRewards:
     def funcs(self) -> list[Callable[..., list[float]]]:
         """The three parts as TRL reward functions (named for TRL's per-function logs)."""
 
-        def part(name: str) -> Callable[..., list[float]]:
-            attr = {"r_format": "format", "r_correctness": "correctness", "r_time": "time"}[name]
-
+        def part(name: str, attr: str) -> Callable[..., list[float]]:
             def reward(prompts, completions, problem_id=None, **kwargs) -> list[float]:
                 return [getattr(p, attr) for p in self.parts(completions, problem_id)]
 
             reward.__name__ = reward.__qualname__ = name
             return reward
 
-        return [part(name) for name in self.PARTS]
+        return [part(name, attr) for name, attr in self.PARTS]
