@@ -16,7 +16,7 @@ from forge.config import RecipeConfig
 from forge.stages import Base, Checkpoint, DataMix
 from registry.tracking import DATA_MD5_TAG
 from tasks.agentic import agentic_rl_task
-from tasks.code import code_grpo_task, code_rl_filter_task
+from tasks.code import code_grpo_task, code_rl_filter_task, code_warmup_task
 from tasks.rl import grpo_task, rm_pairwise_task, rm_pointwise_task
 
 
@@ -36,6 +36,9 @@ def rl_flow(config: RecipeConfig, run: RecipeRun, *, base: Base, sft: Checkpoint
                           sft=config.sft, **env, policy=policy, rm=prm, data=data)
         # §2.3.2–2.3.3 code RL: each stage filters its problems on-policy, then trains from the previous checkpoint
         if config.code_rl.enabled:
+            if config.code_rl.warmup:  # tiny scale: more epochs on the drills first (docs/architecture.md)
+                policy = rl.stage("code-warmup", code_warmup_task, cfg=config.code_rl, sft=config.sft,
+                                  runtime=config.runtime, seed=config.seed, policy=policy, data=data)
             for stage in (1, 2):
                 kept = rl.stage(f"code-rl-filter-{stage}", code_rl_filter_task, cfg=config.code_rl,
                                 generation=config.generation, seed=config.seed, stage=stage, policy=policy)

@@ -259,11 +259,16 @@ class CodeRLConfig(Strict):
     check_samples: int = Field(4, ge=1, description="Samples per held-out problem when stage 2 is compared with "
                                "stage 1 (pass rate, share of passing answers in the optimal class).")
     drills: DrillsConfig = DrillsConfig()
+    warmup: SFTStageConfig | None = Field(
+        None, description="Tiny-scale only (docs/architecture.md): SFT on the drills' rows before stage 1's filter, "
+        "so a policy that saw each drill once in the mix writes programs. None in the paper (its SFT carries code).")
 
     @model_validator(mode="after")
     def _k_range(self) -> CodeRLConfig:
         if not self.keep_k_min <= self.keep_k_max <= self.num_rollouts:
             raise ValueError("need keep_k_min <= keep_k_max <= num_rollouts")
+        if self.warmup and not self.drills.sft_per_op:
+            raise ValueError("code_rl.warmup trains on the drills' SFT rows: set code_rl.drills.sft_per_op > 0")
         return self
 
 

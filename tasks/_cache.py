@@ -25,6 +25,9 @@ BOOKKEEPING_ARGS = ("ctx",)
 
 
 LIBRARY_PACKAGES = ("forge", "registry")
+# Keyed by value, not by source: a stage's configs are among its inputs, so an edit to forge/config.py (a new
+# section, a description) must not invalidate every stage that imports it, while a changed default still does.
+VALUE_MODULES = frozenset({"forge.config"})
 
 
 def library_closure(modules: tuple[str, ...]) -> list[str]:
@@ -33,7 +36,7 @@ def library_closure(modules: tuple[str, ...]) -> list[str]:
     todo = list(modules)
     while todo:
         name = todo.pop()
-        if name in seen:
+        if name in seen or name in VALUE_MODULES:
             continue
         seen.add(name)
         spec = importlib.util.find_spec(name)

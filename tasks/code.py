@@ -162,6 +162,55 @@ def code_drills_task(*, ctx: StageContext, cfg: DrillsConfig, seed: int, pools: 
     return Pools(files=files, digest=files_digest(files), review=pools.review, run_id=run.info.run_id, metrics=metrics)
 
 
+WARMUP_HELDOUT = 20  # every 20th drill row is the warm-up's held-out set
+
+
+@cached_task(name="code-warmup", modules=CODE_RL_MODULES)
+def code_warmup_task(
+    *,
+    ctx: StageContext,
+    cfg: CodeRLConfig,
+    sft: SFTConfig,
+    runtime: TrainingRuntimeConfig,
+    seed: int,
+    policy: Checkpoint,
+    data: DataMix,
+) -> Checkpoint:
+    """SFT on the drills' weak-teacher rows (the ones already in the code pool) before code RL, tiny scale only: a
+    small policy that saw each drill once in the mix writes no program, so stage 1's filter would keep nothing
+    (docs/architecture.md). Registers a ``forge-policy`` version (parent: ``policy``) with the mix's held-out loss,
+    so the gate sees what the extra epochs cost the general SFT."""
+    from forge.code.problems.drills import drill_sft_rows
+    from forge.data.mix import read_mix
+    from forge.training.sft import heldout_chat_loss, run_sft_stage
+    from registry.models import register_checkpoint
+
+    stage = cfg.warmup
+    rows, kinds = drill_sft_rows(cfg.drills.sft_per_op, (cfg.drills.teacher_fast, cfg.drills.teacher_slow,
+                                                         cfg.drills.teacher_broken), seed)
+    train = [r for i, r in enumerate(rows) if i % WARMUP_HELDOUT]
+    held_out = rows[::WARMUP_HELDOUT]
+    ws = Workspace.from_env()
+    digest = value_digest(stage, cfg.drills, sft, runtime, seed, policy.model_dir, data.data_md5)
+    out = ws.models / f"code-warmup-{digest}"
+    tags = ctx.lineage({STAGE_TAG: "code-warmup", DATA_MD5_TAG: data.data_md5, PARENT_VERSION_TAG: policy.ref})
+    with ctx.start_run("code-warmup", tags) as run:
+        log_config(stage)
+        mlflow.log_params({"rows": len(train), **{f"rows_{k}": v for k, v in sorted(kinds.items())}})
+        result = run_sft_stage(Path(policy.model_dir), train, held_out, stage, sft, runtime, out,
+                               log_metrics=metrics_logger())
+        log_curve("code_warmup_train_loss", [p[0] for p in result.train_curve], [p[1] for p in result.train_curve],
+                  "train loss")
+        metrics = {"drills_loss_before": result.eval_loss_before, "drills_loss_after": result.eval_loss_after,
+                   "sft_heldout_loss": heldout_chat_loss(out, read_mix(data.mix_dir)[1], sft.curriculum[-1], sft,
+                                                         runtime, out.parent / f".{out.name}.eval")}
+        mlflow.log_metrics(metrics)
+        version = register_checkpoint(out, "forge-policy", run_id=run.info.run_id, tags=tags,
+                                      metrics={"sft_heldout_loss": metrics["sft_heldout_loss"]})
+    return Checkpoint(model_dir=str(out), model_name="forge-policy", version=version, run_id=run.info.run_id,
+                      metrics=metrics)
+
+
 def rl_problems(cfg: CodeRLConfig, split: str = "rl"):
     """The problems code RL draws from (``split`` "eval": the drills held out for the stage-1/stage-2 check)."""
     from forge.code.problems import load_problems

@@ -13,3 +13,9 @@ def test_closure_follows_forge_imports_transitively():
 
 def test_closure_of_unrelated_module_excludes_training():
     assert not any("training" in name for name in library_closure(("forge.data.calc",)))
+
+
+def test_configs_are_keyed_by_value_not_by_source():
+    """Editing forge/config.py (a new section) must not retrain the base: configs enter keys as input values."""
+    closure = library_closure(("forge.training.base_model",))
+    assert "forge.training.base_model" in closure and "forge.config" not in closure

@@ -24,8 +24,8 @@ pytestmark = pytest.mark.slow
 PROFILE = REPO_ROOT / "tests" / "profiles" / "ci.yaml"
 FORGE = str(Path(sys.executable).parent / "forge")
 TRAINING_STAGES = ("pretrain", "sft-1-ctx-128", "sft-2-ctx-256", "sft-3-ctx-512", "rm-pointwise", "grpo-pointwise",
-                   "rm-pairwise", "grpo-pairwise", "code-rl-filter-1", "code-rl-stage1", "code-rl-filter-2",
-                   "code-rl-stage2", "agentic-rl")
+                   "rm-pairwise", "grpo-pairwise", "code-warmup", "code-rl-filter-1", "code-rl-stage1",
+                   "code-rl-filter-2", "code-rl-stage2", "agentic-rl")
 
 
 def _env(root: Path) -> dict[str, str]:
@@ -184,7 +184,7 @@ def test_sft_run_carries_lineage(scenario):
 
 
 def test_champion_is_the_final_rl_policy_with_lineage(scenario):
-    """champion = agentic RL → code RL 2 → code RL 1 → pair-wise GRPO → point-wise GRPO → SFT → base; both RMs
+    """champion = agentic RL → code RL 2 → code RL 1 → code warm-up → pair-wise GRPO → point-wise GRPO → SFT → base; both RMs
     registered."""
     import mlflow
 
@@ -198,7 +198,8 @@ def test_champion_is_the_final_rl_policy_with_lineage(scenario):
         if name != "forge-policy":
             break
         version = client.get_model_version(name, number)
-    assert chain == ["agentic-rl", "code-rl-stage2", "code-rl-stage1", "grpo-pairwise", "grpo-pointwise", "sft"]
+    assert chain == ["agentic-rl", "code-rl-stage2", "code-rl-stage1", "code-warmup", "grpo-pairwise", "grpo-pointwise",
+                     "sft"]
     assert name == "forge-base"
     # The gate compares every metric a version carries: a GRPO policy carries evaluations only, never its
     # rollout diagnostics (reward under its own RM, truncation rate), which are not comparable across versions.
