@@ -1,5 +1,6 @@
-"""Prefect tasks for code (§2.3.2–2.3.3): the drills' SFT rows into the code pool, the on-policy RL filter (k of n
-rollouts per problem), the two GRPO stages of code RL, and SFT samples judged correct and time-optimal.
+"""Prefect tasks for code (§2.3.2–2.3.3): the drills' SFT rows into the code pool, the tiny profile's code warm-up
+(SFT on those rows before RL; docs/architecture.md says why), the on-policy RL filter (k of n rollouts per
+problem), the two GRPO stages of code RL, and SFT samples judged correct and time-optimal.
 
 The filter writes a folder under rl-data/code/ (rows + manifest, named by content digest), versions rl-data/ with
 DVC (``rl-data.dvc``; apart from data/, whose md5 must not move with every policy; its md5 goes on the stage's
