@@ -5,6 +5,7 @@
     forge status                    stages of the latest run: state, duration, MLflow run, registered version
     forge ui                        Prefect UI and MLflow UI on 127.0.0.1
     forge promote / forge rollback  move `champion` through the promotion gate, or back
+    forge lineage models:/forge-policy@champion     run, tags, parent chain to the base, data md5, mix, corpora
     forge data validate FILE --schema chat
     forge eval score --suite math preds.jsonl       score a file of predictions (forge/evals/scoring.py)
 
@@ -27,6 +28,7 @@ import typer
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
+from rich.tree import Tree
 
 from forge.code.cli import app as sandbox_app
 from forge.data.cli import app as data_app
@@ -255,6 +257,65 @@ def rollback(model: str = typer.Option("forge-policy", help="Registered model na
         console.print(f"[red]{err}[/red]")
         raise typer.Exit(1) from None
     console.print(f"{model}: champion is version {version} again")
+
+
+@app.command()
+def lineage(
+    uri: Annotated[str, typer.Argument(metavar="MODEL_URI", help="models:/<name>/<version> or models:/<name>@<alias>")],
+    as_json: bool = typer.Option(False, "--json", help="Print the lineage as JSON."),
+) -> None:
+    """A version's MLflow run and lineage tags, its parent chain to the base model, and the data it was trained on."""
+    ws = configure_environment()
+    from registry.lineage import LineageError, trace
+
+    try:
+        report = trace(ws, uri)
+    except LineageError as err:
+        console.print(str(err), style="red", markup=False, highlight=False)
+        raise typer.Exit(1) from None
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    _print_lineage(report)
+
+
+def _print_lineage(report: dict) -> None:
+    tree = Tree(f"[bold]{report['uri']}[/bold]")
+    branch = tree
+    for node in report["chain"]:
+        if not node["registered"]:
+            branch.add(f"[bold]{node['ref']}[/bold] (not in the registry: the base model)")
+            break
+        aliases = f" @{', @'.join(node['aliases'])}" if node["aliases"] else ""
+        branch = branch.add(f"[bold]{node['ref']}[/bold]{aliases} · stage {node['stage']} · "
+                            f"run {node['run_id']} ({node['run_name']})")
+        facts = {k: node[k] for k in ("git_commit", "profile", "flow_run_id", "data_md5", "rl_data_md5") if node[k]}
+        if node["metrics"]:
+            facts["metrics"] = " · ".join(f"{k} {v:.4g}" for k, v in node["metrics"].items())
+        for key, value in facts.items():
+            branch.add(f"{key}: {value}", highlight=False)
+        if not node["parent"]:
+            branch.add("(no parent: the base model)")
+    console.print(tree)
+    for data in report["data"]:
+        where = data["snapshot"] or "not found in the DVC cache, the remote or the checkout"
+        console.print(f"[bold]{data['dvc_file']}[/bold] md5 {data['md5']} · snapshot: {where} · "
+                      f"data run: {data['data_run_id'] or '-'}", highlight=False)
+        for mix in data["mixes"]:
+            domains = Table(title=f"mix {mix['name']}: {mix['total_tokens']} tokens")
+            for col in ("domain", "rows", "tokens", "share", "target"):
+                domains.add_column(col)
+            for name, d in mix["domains"].items():
+                domains.add_row(name, str(d["rows"]), str(d["tokens"]), f"{d['actual_share']:.3f}",
+                                f"{d['target_share']:.3f}")
+            corpora = Table(title=f"mix {mix['name']}: train rows by source (licences: corpora/PROVENANCE.md)")
+            for col in ("source", "rows", "licence"):
+                corpora.add_column(col)
+            for c in mix["corpora"]:
+                corpora.add_row(c["source"], str(c["rows"]), c["licence"] or "- (not from corpora/)")
+            for table in (domains, corpora):
+                if table.row_count:
+                    console.print(table)
 
 
 if __name__ == "__main__":

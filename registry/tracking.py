@@ -35,6 +35,7 @@ EXPERIMENT = "forge"
 STAGE_TAG = "forge.stage"
 PARENT_VERSION_TAG = "forge.parent_version"
 DATA_MD5_TAG = "forge.data_md5"
+RL_DATA_MD5_TAG = "forge.rl_data_md5"  # DVC's md5 of rl-data/ (on-policy filtered problems, rl-data.dvc)
 GIT_COMMIT_TAG = "forge.git_commit"
 FLOW_RUN_ID_TAG = "forge.flow_run_id"
 PROFILE_TAG = "forge.profile"

@@ -33,6 +33,7 @@ from forge.workspace import Workspace
 from registry.tracking import (
     DATA_MD5_TAG,
     PARENT_VERSION_TAG,
+    RL_DATA_MD5_TAG,
     STAGE_TAG,
     StageContext,
     log_config,
@@ -43,7 +44,6 @@ from registry.tracking import (
 from tasks._cache import cached_task
 
 logger = logging.getLogger(__name__)
-RL_DATA_MD5_TAG = "forge.rl_data_md5"  # DVC's md5 of rl-data/ (on-policy filtered problems)
 CODE_MODULES = ("forge.code.data", "forge.code.judge", "forge.code.complexity", "forge.code.candidates",
                 "forge.code.problems.drills")
 CODE_RL_MODULES = (*CODE_MODULES, "forge.code.rewards", "forge.training.grpo", "forge.training.sft")
