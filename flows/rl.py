@@ -37,7 +37,8 @@ def rl_flow(config: RecipeConfig, run: RecipeRun, *, base: Base, sft: Checkpoint
         # §2.3.2–2.3.3 code RL: each stage filters its problems on-policy, then trains from the previous checkpoint
         if config.code_rl.enabled:
             if config.code_rl.warmup:  # tiny scale: more epochs on the drills first (docs/architecture.md)
-                policy = rl.stage("code-warmup", code_warmup_task, cfg=config.code_rl, sft=config.sft,
+                policy = rl.stage("code-warmup", code_warmup_task, stage=config.code_rl.warmup,
+                                  drills=config.code_rl.drills, sft=config.sft,
                                   runtime=config.runtime, seed=config.seed, policy=policy, data=data)
             for stage in (1, 2):
                 kept = rl.stage(f"code-rl-filter-{stage}", code_rl_filter_task, cfg=config.code_rl,

@@ -25,6 +25,7 @@ from forge.config import (
     DrillsConfig,
     GenerationConfig,
     SFTConfig,
+    SFTStageConfig,
     TrainingRuntimeConfig,
 )
 from forge.hashing import value_digest
@@ -170,7 +171,8 @@ WARMUP_HELDOUT = 20  # every 20th drill row is the warm-up's held-out set
 def code_warmup_task(
     *,
     ctx: StageContext,
-    cfg: CodeRLConfig,
+    stage: SFTStageConfig,
+    drills: DrillsConfig,
     sft: SFTConfig,
     runtime: TrainingRuntimeConfig,
     seed: int,
@@ -180,19 +182,19 @@ def code_warmup_task(
     """SFT on the drills' weak-teacher rows (the ones already in the code pool) before code RL, tiny scale only: a
     small policy that saw each drill once in the mix writes no program, so stage 1's filter would keep nothing
     (docs/architecture.md). Registers a ``forge-policy`` version (parent: ``policy``) with the mix's held-out loss,
-    so the gate sees what the extra epochs cost the general SFT."""
+    so the gate sees what the extra epochs cost the general SFT. It takes only the warm-up's own settings: a change
+    to the RL stages' settings does not redo it."""
     from forge.code.problems.drills import drill_sft_rows
     from forge.data.mix import read_mix
     from forge.training.sft import heldout_chat_loss, run_sft_stage
     from registry.models import register_checkpoint
 
-    stage = cfg.warmup
-    rows, kinds = drill_sft_rows(cfg.drills.sft_per_op, (cfg.drills.teacher_fast, cfg.drills.teacher_slow,
-                                                         cfg.drills.teacher_broken), seed)
+    rows, kinds = drill_sft_rows(drills.sft_per_op, (drills.teacher_fast, drills.teacher_slow, drills.teacher_broken),
+                                 seed)
     train = [r for i, r in enumerate(rows) if i % WARMUP_HELDOUT]
     held_out = rows[::WARMUP_HELDOUT]
     ws = Workspace.from_env()
-    digest = value_digest(stage, cfg.drills, sft, runtime, seed, policy.model_dir, data.data_md5)
+    digest = value_digest(stage, drills, sft, runtime, seed, policy.model_dir, data.data_md5)
     out = ws.models / f"code-warmup-{digest}"
     tags = ctx.lineage({STAGE_TAG: "code-warmup", DATA_MD5_TAG: data.data_md5, PARENT_VERSION_TAG: policy.ref})
     with ctx.start_run("code-warmup", tags) as run:
