@@ -42,8 +42,7 @@ def _newest(pattern: str, home: Path) -> Path:
 
 def _heldout_loss(model_dir: Path, heldout, cfg) -> float:
     """The SFT held-out chat loss, measured as the recipe's GRPO stages measure it (tasks/rl.py)."""
-    return heldout_chat_loss(model_dir, heldout, cfg.sft.curriculum[-1], cfg.sft, cfg.runtime,
-                             model_dir.parent / f".{model_dir.name}.eval")
+    return heldout_chat_loss(model_dir, heldout, cfg.sft, cfg.runtime)
 
 
 def main() -> None:

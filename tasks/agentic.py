@@ -77,8 +77,7 @@ def agentic_rl_task(
                           "messages": [m.model_dump(exclude_defaults=True) for m in r.trajectory.messages],
                           "verdicts": [v.model_dump() for v in r.trajectory.verdicts]} for r in env.last[:8]],
                         "episodes.json")
-        heldout_loss = heldout_chat_loss(out, heldout_rows, sft.curriculum[-1], sft, runtime,
-                                         out.parent / f".{out.name}.eval")
+        heldout_loss = heldout_chat_loss(out, heldout_rows, sft, runtime)
         metrics = {**result.window_metrics(CURVES), "sft_heldout_loss": heldout_loss,
                    "seconds": round(result.seconds, 1)}
         mlflow.log_metrics(metrics)

@@ -205,8 +205,7 @@ def code_warmup_task(
         log_curve("code_warmup_train_loss", [p[0] for p in result.train_curve], [p[1] for p in result.train_curve],
                   "train loss")
         metrics = {"drills_loss_before": result.eval_loss_before, "drills_loss_after": result.eval_loss_after,
-                   "sft_heldout_loss": heldout_chat_loss(out, read_mix(data.mix_dir)[1], sft.curriculum[-1], sft,
-                                                         runtime, out.parent / f".{out.name}.eval")}
+                   "sft_heldout_loss": heldout_chat_loss(out, read_mix(data.mix_dir)[1], sft, runtime)}
         mlflow.log_metrics(metrics)
         version = register_checkpoint(out, "forge-policy", run_id=run.info.run_id, tags=tags,
                                       metrics={"sft_heldout_loss": metrics["sft_heldout_loss"]})
@@ -372,8 +371,7 @@ def code_grpo_task(
                     verdict = check_policy(local_backend(generation, model_dir), held_out, cfg.check_samples,
                                            generation.temperature, cfg.max_new_tokens, seed)
                     metrics |= verdict.metrics(f"check_{label}")
-        metrics["sft_heldout_loss"] = heldout_chat_loss(out, read_mix(data.mix_dir)[1], sft.curriculum[-1], sft, runtime,
-                                                        out.parent / f".{out.name}.eval")
+        metrics["sft_heldout_loss"] = heldout_chat_loss(out, read_mix(data.mix_dir)[1], sft, runtime)
         mlflow.log_metrics(metrics)
         version = register_checkpoint(out, "forge-policy", run_id=run.info.run_id, tags=tags,
                                       metrics={"sft_heldout_loss": metrics["sft_heldout_loss"]})

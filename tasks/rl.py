@@ -158,8 +158,7 @@ def grpo_task(
             steps, values = result.series(key)
             if values:
                 log_curve(f"{stage.replace('-', '_')}_{key}", steps, values, label)
-        heldout_loss = heldout_chat_loss(out, heldout_rows, sft.curriculum[-1], sft, runtime,
-                                         out.parent / f".{out.name}.eval")
+        heldout_loss = heldout_chat_loss(out, heldout_rows, sft, runtime)
         metrics = {**result.window_metrics(ROLLOUT_CURVES), "sft_heldout_loss": heldout_loss}
         mlflow.log_metrics(metrics)
         # Rollout diagnostics (reward under this stage's own RM, truncation) are not comparable across reward

@@ -228,15 +228,15 @@ def run_sft_stage(
 def heldout_chat_loss(
     model_dir: Path,
     eval_rows: list[ChatSample],
-    stage: SFTStageConfig,
     sft: SFTConfig,
     runtime: TrainingRuntimeConfig,
-    work_dir: Path,
 ) -> float:
-    """Held-out chat loss of any policy checkpoint, measured exactly as the SFT stages measure it (same rows,
-    same masks, ``stage.max_length``), so RL checkpoints carry a ``sft_heldout_loss`` the promotion gate can
-    compare with an SFT champion's."""
-    trainer = build_sft_trainer(Path(model_dir), eval_rows, eval_rows, stage, sft, runtime, Path(work_dir))
+    """Held-out chat loss of any policy checkpoint, measured exactly as the last SFT stage measures it (same rows,
+    same masks, its ``max_length``), so RL checkpoints carry a ``sft_heldout_loss`` the promotion gate can
+    compare with an SFT champion's. Works in a hidden folder beside ``model_dir``, removed afterwards."""
+    model_dir = Path(model_dir)
+    work_dir = model_dir.parent / f".{model_dir.name}.eval"
+    trainer = build_sft_trainer(model_dir, eval_rows, eval_rows, sft.curriculum[-1], sft, runtime, work_dir)
     try:
         return _evaluate(trainer)
     finally:
