@@ -69,6 +69,15 @@ class ToolCall(BaseModel):
     arguments: dict[str, Any] = Field(default_factory=dict)
 
 
+class GoldCall(ToolCall):
+    """A reference call of a tool-use eval item: the call, plus the other values that count as right for some of its
+    arguments (forge/evals/tool_calls.py reads them)."""
+
+    alternatives: dict[str, list[Any]] = Field(default_factory=dict, description=(
+        "Argument -> every value that counts as right for it. An argument listed here but left out of `arguments` "
+        "may be left out; an empty list means it must be."))
+
+
 class Message(BaseModel):
     model_config = ConfigDict(extra="forbid")
     role: Role
@@ -241,6 +250,49 @@ class SearchTrajectory(Row):
         """One reward per assistant turn, in order (agentic RL's turn-level signal); 0 for an unjudged turn."""
         by_index = {v.message_index: v for v in (self.verdicts if verdicts is None else verdicts)}
         return [by_index[i].reward if i in by_index else 0.0 for i in self.assistant_indices()]
+
+
+# --- evaluation items shipped in corpora/ (forge/data/corpora.py reads them) --------------------------------------
+
+CHOICE_LETTERS = "ABCDEFGHIJ"  # up to ten options, as in MMLU-Pro and GPQA-style sets
+
+
+class ChoiceQuestion(BaseModel):
+    """A multiple-choice question (the science suite): options in order, the gold as the letter of one of them."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(min_length=1)
+    question: str = Field(min_length=1)
+    choices: list[str] = Field(min_length=2, max_length=len(CHOICE_LETTERS), description="Option A first.")
+    answer: str = Field(pattern=f"^[{CHOICE_LETTERS}]$", description="The gold letter.")
+    subject: str = Field(min_length=1)
+    source: str = Field(min_length=1, description="Upstream set and split, e.g. 'mmlu/test'.")
+
+    @model_validator(mode="after")
+    def _answer_is_an_option(self) -> ChoiceQuestion:
+        if CHOICE_LETTERS.index(self.answer) >= len(self.choices):
+            raise ValueError(f"answer {self.answer} names no option: there are {len(self.choices)}")
+        return self
+
+
+class ToolUseQuestion(BaseModel):
+    """A single-turn function-calling question (the tool-use suite): the user's text, the tools on offer and the calls
+    that answer it (in any order)."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(min_length=1)
+    category: str = Field(min_length=1, description="Upstream category, e.g. BFCL's 'parallel_multiple'.")
+    question: str = Field(min_length=1)
+    tools: list[ToolSpec] = Field(min_length=1)
+    gold_calls: list[GoldCall] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _calls_known_tools(self) -> ToolUseQuestion:
+        known = {t.function.name for t in self.tools}
+        for call in self.gold_calls:
+            if call.name not in known:
+                raise ValueError(f"gold call to {call.name!r}, which is not among the question's tools")
+        return self
 
 
 SCHEMAS: dict[str, type[Row]] = {

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import re
 
+from forge.data.schemas import CHOICE_LETTERS
 from forge.evals.score import Score
 
-LETTERS = "ABCDEFGHIJ"
+LETTERS = CHOICE_LETTERS  # A–J; the stored questions (ChoiceQuestion) are checked against the same letters
 
 _STATED = re.compile(
     # Case-insensitive words, case-sensitive letters: "the answer is a good one" chooses nothing.

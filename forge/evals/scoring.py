@@ -10,8 +10,8 @@ Row formats (extra fields, such as an id, are ignored):
 
 - ``math``: ``answer`` (gold, a string or a number) and ``prediction`` (raw model output), forge/evals/math.py;
 - ``science``: ``answer`` (the gold letter, A–J) and ``prediction``, forge/evals/choice.py;
-- ``tool_use``: ``tools`` (OpenAI function specs), ``gold_calls`` (``[{"name", "arguments"}]``) and
-  ``prediction``, forge/evals/tool_calls.py.
+- ``tool_use``: ``tools`` (OpenAI function specs), ``gold_calls`` (``[{"name", "arguments"}]``, each optionally with
+  ``alternatives``, ``{argument: [values that count as right]}``) and ``prediction``, forge/evals/tool_calls.py.
 
 Lines are read with forge/data/jsonl.py: a bad line is named by file, line and field and the good ones are still
 scored. Math rows are checked one at a time in a worker process, each under ``time_limit`` seconds
@@ -29,7 +29,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from forge.data.jsonl import read_jsonl
-from forge.data.schemas import ToolCall
+from forge.data.schemas import GoldCall
 from forge.evals.choice import LETTERS, score_choice
 from forge.evals.math import DEFAULT_TIME_LIMIT, score_math
 from forge.evals.score import Score
@@ -57,7 +57,7 @@ class ChoiceRow(BaseModel):
 class ToolUseRow(BaseModel):
     model_config = ConfigDict(extra="ignore")
     tools: list[dict[str, Any]] = Field(min_length=1)
-    gold_calls: list[ToolCall]
+    gold_calls: list[GoldCall]
     prediction: str
 
     @field_validator("tools")

@@ -19,6 +19,12 @@ calls in any order (the same multiset) and each call
 - leaves out an optional parameter only when the gold leaves it out or gives its schema default, and gives one the
   gold leaves out only with its schema default.
 
+A gold call may also carry ``alternatives``, ``{argument: [values]}``: every value that counts as right for that
+argument (BFCL's possible answers, corpora/PROVENANCE.md). An argument listed there may be given with any of its values
+and with no other, the schema default included; it may still be left out only where the gold leaves it out (or gives
+its default), so ``{"arguments": {}, "alternatives": {"unit": ["km"]}}`` reads "``unit`` may be left out or be
+``"km"``", and an empty list "must be left out".
+
 The reason names the first mismatch, e.g. ``call 1: argument 'k' is a string, expected integer``.
 """
 
@@ -103,7 +109,8 @@ def _equal(a: Any, b: Any) -> bool:
 
 
 def call_mismatch(call: Mapping, gold: Mapping, tools: Mapping[str, Mapping]) -> str | None:
-    """Why the predicted ``call`` (``{"name", "arguments"}``) is not the ``gold`` call, or None when it is."""
+    """Why the predicted ``call`` (``{"name", "arguments"}``) is not the ``gold`` call (``{"name", "arguments"}``
+    and optionally ``"alternatives"``, see the module docstring), or None when it is."""
     name, gold_name = call["name"], gold["name"]
     if name != gold_name:
         return f"function {name!r}, expected {gold_name!r}"
@@ -113,6 +120,7 @@ def call_mismatch(call: Mapping, gold: Mapping, tools: Mapping[str, Mapping]) ->
     properties: Mapping = parameters.get("properties") or {}
     args: Mapping = call.get("arguments") or {}
     gold_args: Mapping = gold.get("arguments") or {}
+    alternatives: Mapping[str, Sequence] = gold.get("alternatives") or {}
     for key in args:
         if key not in properties:
             return f"argument {key!r} is not a parameter of {name!r}"
@@ -124,7 +132,13 @@ def call_mismatch(call: Mapping, gold: Mapping, tools: Mapping[str, Mapping]) ->
         if value is not _MISSING and (err := type_error(value, schema, f"argument {key!r}")):
             return err
         default = schema.get("default", _MISSING)
-        if value is _MISSING:
+        if value is not _MISSING and key in alternatives:
+            accepted = [*alternatives[key], *([] if gold_value is _MISSING else [gold_value])]
+            if not any(_equal(value, option) for option in accepted):
+                if not accepted:
+                    return f"argument {key!r} is given, the gold leaves it out"
+                return f"argument {key!r} is {value!r}, expected one of {alternatives[key]!r}"
+        elif value is _MISSING:
             if gold_value is not _MISSING and not (default is not _MISSING and _equal(gold_value, default)):
                 return f"missing argument {key!r}"
         elif gold_value is _MISSING:

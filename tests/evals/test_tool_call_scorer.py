@@ -101,3 +101,31 @@ def test_the_same_call_twice_must_be_predicted_twice():
     assert score_tool_calls(TOOLS, gold, said(search(k=4), search())).correct
     score = score_tool_calls(TOOLS, gold, said(search(), search()))
     assert (score.correct, score.reason) == (False, "call 2: argument 'k' is 3, expected 4")
+
+
+# BFCL's possible answers as alternatives (corpora/bfcl/): an amount of 2.5 or "5/2", a unit that may be left out or
+# be "km" or "kilometres", and options that must be left out (an empty list).
+ALT_TOOLS = [{"type": "function", "function": {
+    "name": "convert", "description": "Convert an amount between units.",
+    "parameters": {"type": "object", "properties": {
+        "amount": {"description": "A number or a fraction, any type."},
+        "unit": {"type": "string"},
+        "options": {"type": "object"},
+    }, "required": ["amount"]}}}]
+ALT_GOLD = [{"name": "convert", "arguments": {"amount": 2.5},
+             "alternatives": {"amount": [2.5, "5/2"], "unit": ["km", "kilometres"], "options": []}}]
+
+
+@pytest.mark.parametrize(("arguments", "reason"), [
+    ({"amount": 2.5}, None),  # the gold itself, the optional unit left out
+    ({"amount": 2.5, "unit": "km"}, None),  # the optional unit given with its first value
+    ({"amount": 2.5, "unit": "kilometres"}, None),  # ... or with another listed value
+    ({"amount": "5/2"}, None),  # an alternative of a value the gold gives
+    ({"amount": 2.5, "unit": "mi"}, "call 1: argument 'unit' is 'mi', expected one of ['km', 'kilometres']"),
+    ({"amount": 3}, "call 1: argument 'amount' is 3, expected one of [2.5, '5/2']"),  # outside the alternatives
+    ({"amount": 2.5, "options": {"round": 1}}, "call 1: argument 'options' is given, the gold leaves it out"),
+    ({"unit": "km"}, "call 1: missing required argument 'amount'"),  # alternatives make nothing optional
+])
+def test_alternatives_count_as_right_and_nothing_else(arguments, reason):
+    score = score_tool_calls(ALT_TOOLS, ALT_GOLD, said({"name": "convert", "arguments": arguments}))
+    assert (score.correct, score.reason) == (reason is None, reason)
