@@ -2,18 +2,18 @@
 
     .venv/bin/pytest tests/registry/test_registry.py -q
 
-The store is the test session's scratch workspace (tests/conftest.py); each test uses its own model name.
+The store is the test session's scratch workspace (tests/conftest.py), or PostgreSQL where a test takes ``store``
+(tests/registry/conftest.py); each test uses its own model name.
 """
 
 import json
-import uuid
 
 import mlflow
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from forge.config import HumanEvalConfig, PromotionConfig
+from forge.config import HumanEvalConfig, PromotionConfig, load_profile
 from registry.models import (
     get_alias_version,
     load_model,
@@ -41,39 +41,6 @@ from registry.tracking import (
 POLICY = PromotionConfig()
 
 
-@pytest.fixture(scope="module")
-def client(workspace):
-    return init_mlflow(workspace)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request, workspace):
-    """The registry on the embedded SQLite store and on PostgreSQL (a team deployment's backend), each in turn.
-
-    PostgreSQL gets a fresh database per test on 127.0.0.1:5432; the test is skipped, saying so, when no server
-    answers there (a laptop without one)."""
-    if request.param == "sqlite":
-        yield init_mlflow(workspace)
-        return
-    import psycopg2
-
-    try:
-        admin = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname="test", connect_timeout=3)
-    except psycopg2.OperationalError as err:
-        pytest.skip(f"no PostgreSQL server answers on 127.0.0.1:5432: {err}".strip())
-    admin.autocommit = True
-    name = f"forge_mlflow_{uuid.uuid4().hex[:8]}"
-    with admin.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {name}")
-    try:
-        yield init_mlflow(workspace, tracking_uri=f"postgresql://postgres@127.0.0.1:5432/{name}")
-    finally:
-        init_mlflow(workspace)  # back to the session's SQLite store for the other tests
-        with admin.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.close()
-
-
 def make_checkpoint(path, tokenizer, seed):
     torch.manual_seed(seed)
     config = LlamaConfig(
@@ -91,11 +58,6 @@ def make_checkpoint(path, tokenizer, seed):
     LlamaForCausalLM(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
-
-
-@pytest.fixture
-def model_name():
-    return f"test-policy-{uuid.uuid4().hex[:8]}"
 
 
 def register(tmp_path, tokenizer, name, seed, metrics, stage="sft"):
@@ -242,14 +204,17 @@ def test_cli_promote_refuses_a_regression_and_rollback_explains_itself(client, t
     from forge.cli import app
 
     runner = CliRunner()
-    v1 = register(tmp_path, tokenizer, model_name, seed=6, metrics={"humaneval_pass_at_1": 0.30})
+    # every metric the tiny profile's gate declares: one it lacks would refuse even the first candidate
+    gate = load_profile("tiny").promotion.metrics
+    tiny = {m: (0.30 if g.direction == "higher" else 2.0) for m, g in gate.items()}
+    v1 = register(tmp_path, tokenizer, model_name, seed=6, metrics=tiny)
     set_alias(model_name, "candidate", v1)
     first = runner.invoke(app, ["promote", "--model", model_name])
     assert first.exit_code == 0 and "promoted" in first.output
     again = runner.invoke(app, ["promote", "--model", model_name])  # an unchanged re-run proposes v1 again
     assert again.exit_code == 0 and "already champion" in again.output
     assert client.get_model_version(model_name, v1).tags["promotion.decision"] == "promoted"  # record kept
-    v2 = register(tmp_path, tokenizer, model_name, seed=7, metrics={"humaneval_pass_at_1": 0.10})
+    v2 = register(tmp_path, tokenizer, model_name, seed=7, metrics={**tiny, "humaneval_pass_at_1": 0.10})
     set_alias(model_name, "candidate", v2)
     worse = runner.invoke(app, ["promote", "--model", model_name])
     assert worse.exit_code == 1 and "refused" in worse.output and "humaneval_pass_at_1" in worse.output
