@@ -57,8 +57,8 @@ def recipe(profile: str = "tiny", overrides: dict[str, Any] | None = None) -> Re
         base = base_flow(cfg, run)                                            # stage 0: base model
         data = data_flow(cfg, run, base=base)                                 # deep-search data, SFT mix, §2.1.1
         sft = sft_flow(cfg, run, base=base, data=data)                        # §2.1.1 SFT curriculum
-        policy = rl_flow(cfg, run, base=base, sft=sft, data=data)             # §2.1.2–2.1.3 general RL
-        evaluate_flow(cfg, run, model=policy)                                 # §3 evaluation
+        policy, judge = rl_flow(cfg, run, base=base, sft=sft, data=data)      # §2.1.2–2.4 RL stages
+        evaluate_flow(cfg, run, model=policy, judge=judge)                    # §3 evaluation matrix
         release = run.stage("promote", promote_task, candidate=policy, policy=cfg.promotion)
     return RecipeResult(flow_run_id=str(flow_run.id), mlflow_run_id=run.ctx.parent_run_id, profile=cfg.profile,
                         policy=policy, data=data, release=release, seconds=round(time.time() - started, 1),

@@ -13,7 +13,7 @@ from prefect import flow
 
 from flows._stages import RecipeRun
 from forge.config import RecipeConfig
-from forge.stages import Base, Checkpoint, DataMix
+from forge.stages import Base, Checkpoint, DataMix, RewardModel
 from registry.tracking import DATA_MD5_TAG
 from tasks.agentic import agentic_rl_task
 from tasks.code import code_grpo_task, code_rl_filter_task, code_warmup_task
@@ -21,7 +21,9 @@ from tasks.rl import grpo_task, rm_pairwise_task, rm_pointwise_task
 
 
 @flow(name="rl")
-def rl_flow(config: RecipeConfig, run: RecipeRun, *, base: Base, sft: Checkpoint, data: DataMix) -> Checkpoint:
+def rl_flow(config: RecipeConfig, run: RecipeRun, *, base: Base, sft: Checkpoint, data: DataMix
+            ) -> tuple[Checkpoint, RewardModel]:
+    """The last policy, and the pair-wise RM (the evaluation's alignment judge)."""
     env = {"runtime": config.runtime, "generation": config.generation, "seed": config.seed}
     with run.phase("rl", {DATA_MD5_TAG: data.data_md5}) as rl:
         # §2.1.2 point-wise RL
@@ -47,5 +49,6 @@ def rl_flow(config: RecipeConfig, run: RecipeRun, *, base: Base, sft: Checkpoint
                                   sft=config.sft, **env, policy=policy, problems=kept, data=data)
         # Agentic RL (§2.2, §2.4: "a lightweight agentic RL stage" last): multi-turn tool episodes, trajectory +
         # turn rewards
-        return rl.stage("agentic-rl", agentic_rl_task, cfg=config.agentic_rl, sft=config.sft,
-                        runtime=config.runtime, seed=config.seed, policy=policy, data=data)
+        policy = rl.stage("agentic-rl", agentic_rl_task, cfg=config.agentic_rl, sft=config.sft,
+                          runtime=config.runtime, seed=config.seed, policy=policy, data=data)
+        return policy, prm

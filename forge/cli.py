@@ -5,6 +5,7 @@
     forge status                    stages of the latest run: state, duration, MLflow run, registered version
     forge ui                        Prefect UI and MLflow UI on 127.0.0.1
     forge promote / forge rollback  move `champion` through the promotion gate, or back
+    forge signoff 7 --by ana        a person approves version 7 (where the profile's gate requires it)
     forge lineage models:/forge-policy@champion     run, tags, parent chain to the base, data md5, mix, corpora
     forge data validate FILE --schema chat
     forge eval score --suite math preds.jsonl       score a file of predictions (forge/evals/scoring.py)
@@ -242,6 +243,27 @@ def promote(
     for reason in decision.reasons:
         console.print(f"  - {reason}")
     raise typer.Exit(0 if decision.promote else 1)
+
+
+@app.command()
+def signoff(
+    version: Annotated[str, typer.Argument(metavar="VERSION", help="Model version to sign off.")],
+    by: str = typer.Option(..., "--by", help="Who signs (recorded as tag promotion.signoff)."),
+    note: str = typer.Option(None, help="Why, or what was checked (tag promotion.signoff_note)."),
+    model: str = typer.Option("forge-policy", help="Registered model name."),
+) -> None:
+    """Record a person's approval of a version; a gate with `require_signoff` refuses versions without one."""
+    client, _ = _client_and_policy("tiny")
+    from mlflow.exceptions import MlflowException
+
+    from registry.promotion import sign_off
+
+    try:
+        sign_off(client, model, version, by=by, note=note)
+    except (MlflowException, ValueError) as err:
+        console.print(f"{model} {version}: {err}", style="red", markup=False, highlight=False)
+        raise typer.Exit(1) from None
+    console.print(f"{model}: version {version} signed off by {by.strip()} (now: forge promote --version {version})")
 
 
 @app.command()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -411,10 +411,51 @@ class CodeDataConfig(Strict):
     complexity_judge_model: str = Field("default", description="Model name sent to the complexity judge endpoint.")
 
 
+class SuiteConfig(Strict):
+    """One model-run eval suite (forge/evals/suites.py): how many items, the answer budget, the batch."""
+
+    limit: int | None = Field(None, ge=1, description="First N items (None = all).")
+    max_new_tokens: int = Field(512, ge=1)
+    batch_size: int = Field(16, ge=1)
+
+
+class MathSuiteConfig(SuiteConfig):
+    sources: list[Literal["gsm8k", "math500", "aime24", "amc23"]] = Field(
+        ["gsm8k", "math500", "aime24", "amc23"], min_length=1, description="Math sets, from corpora/.")
+    limit: int | None = Field(None, ge=1, description="First N items of each source (None = all).")
+    check_time_limit_s: float = Field(10.0, gt=0, description="Seconds per answer check before it is a timeout.")
+
+
+class AlignmentSuiteConfig(SuiteConfig):
+    """HH-RLHF held-out conversations; the pair-wise RM judges the model's turn against the reference."""
+
+    judge_max_length: int = Field(1024, ge=32, description="Judge input tokens (history + both answers).")
+
+
+class DeepSearchSuiteConfig(SuiteConfig):
+    """Held-out lookup questions answered through the offline search tools (forge/search/lookups.py)."""
+
+    questions: int = Field(100, ge=1)
+    min_hops: int = Field(1, ge=1)
+    max_hops: int = Field(2, ge=1)
+    max_tool_calls: int = Field(8, ge=1, description="Tool calls before the episode must answer.")
+
+
 class EvalConfig(Strict):
+    """The evaluation matrix (docs/architecture.md): code on the judge, then the five model-run suites."""
+
     humaneval: HumanEvalConfig = HumanEvalConfig()
     code: CodeSuiteConfig = CodeSuiteConfig()
+    math: MathSuiteConfig = MathSuiteConfig()
+    science: SuiteConfig = SuiteConfig()
+    tool_use: SuiteConfig = SuiteConfig()
+    alignment: AlignmentSuiteConfig = AlignmentSuiteConfig()
+    deep_search: DeepSearchSuiteConfig = DeepSearchSuiteConfig()
     heldout_rows: int = Field(64, ge=1, description="Held-out mix rows for the SFT loss metric.")
+
+
+GateDomain = Literal["code", "math", "science", "alignment", "tool_use", "deep_search", "general"]  # the paper's §3
+GATE_DOMAINS: tuple[str, ...] = get_args(GateDomain)
 
 
 class GatedMetric(Strict):
@@ -422,23 +463,44 @@ class GatedMetric(Strict):
 
     direction: Literal["higher", "lower"] = Field(description="Which way is better.")
     tolerance: float = Field(0.0, ge=0, description="How much worse than the champion the candidate may be.")
+    weight: float = Field(
+        0.0, ge=0, description="Its share of the weighted aggregate the candidate must improve; 0: a guard only "
+        "(it can block the candidate, it never counts towards an improvement).")
+    domain: GateDomain | None = Field(
+        None, description=f"The paper's domain it measures ({', '.join(GATE_DOMAINS)}), named in the evidence.")
 
 
 def _default_gate() -> dict[str, GatedMetric]:
+    # Guards only (no weight): a profile that declares no gate keeps the per-metric rule alone.
     return {
-        "humaneval_pass_at_1": GatedMetric(direction="higher", tolerance=0.02),
-        "sft_heldout_loss": GatedMetric(direction="lower", tolerance=0.05),
+        "humaneval_pass_at_1": GatedMetric(direction="higher", tolerance=0.02, domain="code"),
+        "sft_heldout_loss": GatedMetric(direction="lower", tolerance=0.05, domain="general"),
     }
 
 
 class PromotionConfig(Strict):
-    """Gate for moving `champion` (registry/promotion.py): the candidate may not be worse than the champion beyond
-    its tolerance on any declared metric. Only declared metrics count: a version may carry other ``metric.*`` tags
-    (set by any stage) and they neither block nor pass it."""
+    """Gate for moving `champion` (registry/promotion.py), a matrix of declared metrics:
+
+    - every declared metric must be on the candidate (an eval that did not run is not a pass), even the first;
+    - no metric may be worse than the champion's beyond its tolerance;
+    - the weighted aggregate, sum of ``weight × improvement`` over the weighted metrics both versions carry, must
+      be above ``tie_tolerance`` (within it is a tie, decided by ``on_tie``). With no weighted metric the aggregate
+      rule does not apply and the gate is the per-metric rule alone;
+    - with ``require_signoff``, a person must have signed the version off (``forge signoff VERSION --by NAME``).
+
+    Only declared metrics count: a version may carry other ``metric.*`` tags (set by any stage) and they neither
+    block nor pass it."""
 
     metrics: dict[str, GatedMetric] = Field(
         default_factory=_default_gate, min_length=1,
-        description="metric name → direction and tolerance; every one must be on the candidate version.")
+        description="metric name → direction, tolerance, weight, domain; every one must be on the candidate version.")
+    on_tie: Literal["refuse", "promote"] = Field(
+        "refuse", description="When the weighted aggregate is a tie (within tie_tolerance of 0): 'refuse' keeps the "
+        "champion (a new version must earn the move), 'promote' moves to the newer version.")
+    tie_tolerance: float = Field(
+        1e-9, ge=0, description="|aggregate| at or below this is a tie (float noise; raise it to ignore small gains).")
+    require_signoff: bool = Field(
+        False, description="Refuse a version that no person signed off (tag promotion.signoff, set by forge signoff).")
 
 
 class RefinementConfig(Strict):

@@ -1,17 +1,39 @@
-"""Prefect tasks for evaluation: HumanEval pass@1 and the code suite (MBPP + Forge problems) of a registered
-checkpoint, code run only in the sandbox. Each stores its summary on the version as ``metric.*`` tags, where the
-promotion gate reads the ones the profile declares."""
+"""Prefect tasks for the evaluation matrix (§3; forge/evals/domains.py has the contract): HumanEval and the code
+suite on the judge (code run only in the sandbox), then math, science, tool use, alignment and deep search
+(forge/evals/suites.py), then the report (forge/evals/report.py). Each suite's run logs its per-item table
+(``eval_items.json``) and summary; the version gets the summary as ``metric.*`` tags, where the promotion gate reads
+the ones the profile declares, and the run id as ``eval.<suite>.run_id``."""
 
 from __future__ import annotations
 
-import mlflow
+import time
+from pathlib import Path
+from typing import Any
 
-from forge.config import CodeSuiteConfig, HumanEvalConfig
+import mlflow
+from prefect import task
+
+from forge.config import CodeSuiteConfig, HumanEvalConfig, SuiteConfig
+from forge.evals.domains import ITEMS_ARTIFACT, MODEL_TAG, SUITE_TAG, run_tag
 from forge.stages import Checkpoint, EvalReport
 from registry.tracking import STAGE_TAG, StageContext, log_table
 from tasks._cache import cached_task
 
-MODEL_TAG = "forge.model"
+JUDGE_TAG = "forge.judge"
+
+
+def _record(model: Checkpoint, suite: str, run_id: str, metrics: dict[str, float], items: list[dict]) -> None:
+    """Log the per-item table and the summary to the active run; put the summary and the run id on the version."""
+    from registry.models import set_version_metrics
+
+    mlflow.log_metrics(metrics)
+    log_table(items, ITEMS_ARTIFACT)
+    set_version_metrics(model.model_name, model.version, metrics)
+    mlflow.MlflowClient().set_model_version_tag(model.model_name, model.version, run_tag(suite), run_id)
+
+
+def _tags(suite: str, model: Checkpoint) -> dict[str, str]:
+    return {STAGE_TAG: f"eval/{suite}", MODEL_TAG: model.ref, SUITE_TAG: suite}
 
 
 @cached_task(
@@ -22,18 +44,17 @@ def humaneval_task(*, ctx: StageContext, model: Checkpoint, cfg: HumanEvalConfig
     """Generate one greedy completion per problem, judge it in the sandbox, log per-problem rows + summary."""
     from forge.evals.humaneval import evaluate_completions, generate_completions, load_problems
     from forge.generation import get_backend
-    from registry.models import set_version_metrics
 
     problems = load_problems(cfg.limit)
-    with ctx.start_run("eval-humaneval", {STAGE_TAG: "eval/humaneval", MODEL_TAG: model.ref}) as run:
+    with ctx.start_run("eval-humaneval", _tags("humaneval", model)) as run:
         backend = get_backend("transformers", model=model.model_dir, batch_size=cfg.batch_size)
         completions = generate_completions(backend, problems, cfg, temperature=0.0)
         report = evaluate_completions(problems, completions, cfg)
         metrics = {"humaneval_pass_at_1": report.pass_at_1, "humaneval_passed": float(report.passed),
                    "humaneval_n": float(report.n)}
-        mlflow.log_metrics(metrics)
-        log_table(report.table(), "humaneval_results.json")
-    set_version_metrics(model.model_name, model.version, {"humaneval_pass_at_1": report.pass_at_1})
+        items = [{"id": r.task_id, "source": "humaneval", "score": float(r.passed), "status": r.status,
+                  "error": r.error} for r in report.rows]
+        _record(model, "humaneval", run.info.run_id, metrics, items)
     return EvalReport(suite="humaneval", model=model.ref, run_id=run.info.run_id, metrics=metrics)
 
 
@@ -45,14 +66,73 @@ def code_suite_task(*, ctx: StageContext, model: Checkpoint, cfg: CodeSuiteConfi
     """Greedy answers to MBPP + Forge's problems (and HumanEval when listed), pass@1 on Forge's judge."""
     from forge.evals.code import evaluate_code_suite
     from forge.generation import get_backend
-    from registry.models import set_version_metrics
 
-    with ctx.start_run("eval-code", {STAGE_TAG: "eval/code", MODEL_TAG: model.ref}) as run:
+    with ctx.start_run("eval-code", _tags("code", model)) as run:
         backend = get_backend("transformers", model=model.model_dir, batch_size=cfg.batch_size)
         report = evaluate_code_suite(backend, cfg)
         metrics = report.metrics()
-        mlflow.log_metrics(metrics)
-        log_table(report.table(), "code_suite_results.json")
-    pass_at_1 = {k: v for k, v in metrics.items() if k.endswith("_pass_at_1")}
-    set_version_metrics(model.model_name, model.version, pass_at_1)
+        items = [{"id": r["problem_id"], "source": r["source"], "score": float(r["solved"]), **r}
+                 for r in report.table()]
+        _record(model, "code", run.info.run_id, metrics, items)
     return EvalReport(suite="code", model=model.ref, run_id=run.info.run_id, metrics=metrics)
+
+
+@cached_task(name="eval-suite", modules=("forge.evals.suites", "forge.generation.transformers_backend",
+                                         "forge.training.pairwise_rm", "forge.search.evaluation"))
+def eval_suite_task(*, ctx: StageContext, model: Checkpoint, suite: str, cfg: SuiteConfig, seed: int = 0,
+                    judge: Checkpoint | None = None) -> EvalReport:
+    """Run one model-run suite (math, science, tool_use, alignment, deep_search) on ``model``; alignment needs
+    ``judge``, the pair-wise RM that decides each model-vs-reference pair."""
+    from forge.generation import get_backend
+    from forge.workspace import Workspace
+
+    ws = Workspace.from_env()
+    tags = _tags(suite, model) | ({JUDGE_TAG: judge.ref} if judge is not None else {})
+    with ctx.start_run(f"eval-{suite}", tags) as run:
+        backend = get_backend("transformers", model=model.model_dir, batch_size=cfg.batch_size)
+        report = run_model_suite(suite, backend, cfg, ws.corpora, ws=ws, seed=seed, judge=judge)
+        metrics = {**report.metrics, f"{suite}_seconds": round(report.seconds, 1)}
+        _record(model, suite, run.info.run_id, metrics, report.rows)
+    return EvalReport(suite=suite, model=model.ref, run_id=run.info.run_id, metrics=metrics)
+
+
+def run_model_suite(suite: str, backend: Any, cfg: Any, corpora: Path, *, ws: Any = None, seed: int = 0,
+                    judge: Checkpoint | None = None) -> Any:
+    """Dispatch to forge/evals/suites.py, loading what the suite needs beside the model (the judge, the tools)."""
+    from forge.evals import suites
+
+    if suite == "alignment":
+        if judge is None:
+            raise ValueError("the alignment suite needs a judge: a pair-wise RM checkpoint (forge-rm-pairwise)")
+        from forge.training.pairwise_rm import PairwiseScorer
+
+        scorer = PairwiseScorer(judge.model_dir, max_length=cfg.judge_max_length, batch_size=cfg.batch_size)
+        return suites.run_alignment(backend, cfg, corpora, scorer)
+    if suite == "deep_search":
+        from forge.search.evaluation import evaluate_deep_search
+        from forge.search.tools import SearchTools
+        from forge.workspace import Workspace
+
+        start = time.monotonic()
+        rows, metrics = evaluate_deep_search(
+            backend, SearchTools.load(ws or Workspace.from_env()), questions=cfg.questions,
+            max_tool_calls=cfg.max_tool_calls, max_new_tokens=cfg.max_new_tokens, min_hops=cfg.min_hops,
+            max_hops=cfg.max_hops, seed=seed)
+        return suites.SuiteReport("deep_search", rows, metrics, time.monotonic() - start)
+    runners = {"math": suites.run_math, "science": suites.run_science, "tool_use": suites.run_tool_use}
+    if suite not in runners:
+        raise ValueError(f"unknown suite {suite!r}; model-run suites: {', '.join(suites.MODEL_SUITES)}")
+    return runners[suite](backend, cfg, corpora)
+
+
+@task(name="eval-report")
+def eval_report_task(*, ctx: StageContext, model: Checkpoint) -> EvalReport:
+    """The matrix as pictures, before the gate decides: every version's headline metric per domain, and the
+    candidate against the champion with paired per-domain deltas (tasks/eval_report.py). Not cached: it reads
+    the registry as it is now."""
+    from tasks.eval_report import log_eval_report
+
+    with ctx.start_run("eval-report", {STAGE_TAG: "eval/report", MODEL_TAG: model.ref}) as run:
+        logged = log_eval_report(mlflow.MlflowClient(), model.model_name, model.version)
+        mlflow.set_tag("forge.champion", logged["champion"] or "none")
+    return EvalReport(suite="report", model=model.ref, run_id=run.info.run_id, metrics={})

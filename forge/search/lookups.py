@@ -17,6 +17,7 @@ was never shown solved (tests/search/test_agentic_env.py checks it on a synthesi
 
 from __future__ import annotations
 
+import hashlib
 import random
 from dataclasses import dataclass, field
 
@@ -30,6 +31,13 @@ from forge.search.walks import WalkParams, answer_set, sample_walk, walk_to_qa
 
 SOURCE = "kg_fb15k237:lookups"
 WALK_TRIES = 4  # walks tried per head and hop count before the head is passed over
+EVAL_HEAD_EVERY = 10  # one head in ten (by a stable hash of its id) is kept for the deep-search eval suite
+
+
+def is_eval_head(mid: str) -> bool:
+    """Whether lookups from head ``mid`` belong to the deep-search eval suite (forge/evals/suites.py) and so are
+    never trained on: a stable hash, the same on every machine and in every profile."""
+    return int(hashlib.sha256(mid.encode()).hexdigest()[:8], 16) % EVAL_HEAD_EVERY == 0
 
 
 @dataclass(frozen=True)
@@ -54,14 +62,18 @@ def sft_seen(rows: list[ChatSample]) -> SftSeen:
 
 
 def build_lookup_qas(g: SearchGraph, n: int, *, min_hops: int = 1, max_hops: int = 2, seen: SftSeen = SftSeen(),
-                     seed: int = 0, max_hub_degree: int = 200) -> list[SearchQA]:
-    """Up to ``n`` lookup QAs, heads taken in a seeded order, hop counts cycling from ``min_hops`` to ``max_hops``.
+                     seed: int = 0, max_hub_degree: int = 200, split: str = "train") -> list[SearchQA]:
+    """Up to ``n`` lookup QAs, heads taken in a seeded order, hop counts cycling from ``min_hops`` to ``max_hops``;
+    ``split="train"`` draws from heads :func:`is_eval_head` leaves to training, ``"eval"`` from the others.
 
     A QA is kept when every hop has a single tail (no condition), the graph gives exactly its answer
     (:func:`forge.search.walks.answer_set`), the answer is not the head, and neither its head's page nor its
     question is in ``seen``."""
     categorical = categorical_relations(g)
-    heads = [m for m in g.entities if g.title(m).casefold() not in seen.pages]
+    if split not in ("train", "eval"):
+        raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    heads = [m for m in g.entities
+             if g.title(m).casefold() not in seen.pages and is_eval_head(m) == (split == "eval")]
     random.Random(f"{seed}:lookups").shuffle(heads)
     out: list[SearchQA] = []
     ids: set[str] = set()

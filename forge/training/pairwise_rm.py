@@ -225,12 +225,16 @@ class PairwiseScorer:
         self.max_length = max_length
         self.batch_size = batch_size
 
-    def margins(self, histories: list[Chat], xs: list[str], ys: list[str]) -> list[float]:
+    def both_orders(self, histories: list[Chat], xs: list[str], ys: list[str]) -> list[tuple[float, float]]:
+        """``(d(x, y), d(y, x))`` per item: the verdict with x in slot A, then with the two swapped."""
         xy = [encode_pair(self.tokenizer, h, x, y, self.max_length) for h, x, y in zip(histories, xs, ys, strict=True)]
         yx = [encode_pair(self.tokenizer, h, y, x, self.max_length) for h, x, y in zip(histories, xs, ys, strict=True)]
         pad = self.tokenizer.pad_token_id
         d_xy, d_yx = score_ids(self.model, pad, xy, self.batch_size), score_ids(self.model, pad, yx, self.batch_size)
-        return [(a - b) / 2 for a, b in zip(d_xy, d_yx, strict=True)]
+        return list(zip(d_xy, d_yx, strict=True))
+
+    def margins(self, histories: list[Chat], xs: list[str], ys: list[str]) -> list[float]:
+        return [(a - b) / 2 for a, b in self.both_orders(histories, xs, ys)]
 
 
 class BeatsReferenceReward:

@@ -14,10 +14,12 @@ import uuid
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from forge.config import load_profile
 from forge.review import record_verdict, session_scope, trajectory_view
 from forge.workspace import REPO_ROOT
 
 APP = REPO_ROOT / "dashboards" / "app.py"
+TINY_GATE = load_profile("tiny").promotion.metrics  # what the registry page's promote button judges by
 
 
 def _app() -> AppTest:
@@ -249,10 +251,10 @@ def registry_home(tmp_path_factory, seed):
         parent = "forge-base/1" if i == 1 else f"forge-policy/{i - 1}"
         v = client.create_model_version("forge-policy", str(checkpoint), run.info.run_id,
                                         tags={"forge.stage": "sft", "forge.parent_version": parent})
-        # every metric the tiny profile's gate declares (configs/tiny.yaml, promotion.metrics)
-        set_version_metrics("forge-policy", v.version, {"humaneval_pass_at_1": score, "mbpp_pass_at_1": score / 2,
-                                                        "forge_pass_at_1": score / 3, "sft_heldout_loss": 3.0 - i},
-                            client=client)
+        # every metric the tiny profile's gate declares (configs/tiny.yaml, promotion.metrics): a candidate without
+        # one is refused
+        metrics = {m: score if g.direction == "higher" else 3.0 - i for m, g in TINY_GATE.items()}
+        set_version_metrics("forge-policy", v.version, metrics, client=client)
     client.set_registered_model_alias("forge-policy", "champion", "1")
     client.set_registered_model_alias("forge-policy", "candidate", "2")
     yield store, client
@@ -307,16 +309,22 @@ def test_an_admin_promotes_through_the_gate_and_rolls_back(registry_home):
     assert _alias(client, "champion") == "1"
 
 
-def test_evaluations_page_plots_metrics_across_versions(registry_home):
+def test_evaluations_page_plots_the_domains_then_the_chosen_metrics(registry_home):
     store, _ = registry_home
+    from forge.evals.domains import HEADLINE
+
     at = _login(_app(), store.reviewer, store.reviewer_pw)
     at.switch_page("views/evaluations.py").run()
     assert not at.exception
-    metrics = ["forge_pass_at_1", "humaneval_pass_at_1", "mbpp_pass_at_1", "sft_heldout_loss"]
-    assert sorted(s.value for s in at.subheader) == metrics
-    table = at.dataframe[0].value
-    assert table["metric:humaneval_pass_at_1"].tolist() == [0.30, 0.35, 0.33]
-    assert len(at.get("vega_lite_chart")) == len(metrics)
+    headline = sorted(m for m in HEADLINE.values() if m in TINY_GATE)
+    # more than eight metrics: the domain bars, then only each domain's headline metric until more are chosen
+    assert at.subheader[0].value == "Headline metric per domain"
+    assert sorted(s.value for s in at.subheader[1:]) == headline  # laid out in three columns
+    assert len(at.get("vega_lite_chart")) == 1 + len(headline)
+    assert at.dataframe[0].value["metric:humaneval_pass_at_1"].tolist() == [0.30, 0.35, 0.33]
+    at.multiselect[0].set_value(sorted(TINY_GATE)).run()
+    assert sorted(s.value for s in at.subheader[1:]) == sorted(TINY_GATE)
+    assert len(at.get("vega_lite_chart")) == 1 + len(TINY_GATE)
 
 
 def test_mixes_and_latest_run_pages(store, tmp_path, monkeypatch):

@@ -111,7 +111,9 @@ def test_resume_redoes_no_finished_stage(scenario):
 
 def test_second_run_trains_nothing(scenario):
     stages = scenario["third"]["stages"]
-    for name in TRAINING_STAGES + ("register-policy", "eval-humaneval", "eval-code"):
+    evals = ("eval-humaneval", "eval-code", "eval-math", "eval-science", "eval-tool_use", "eval-alignment",
+             "eval-deep_search")
+    for name in TRAINING_STAGES + ("register-policy", *evals):
         assert stages[name]["state"] == "cached", (name, stages[name])
     assert scenario["third_s"] < scenario["second_s"]
 
@@ -219,3 +221,36 @@ def test_champion_is_the_final_rl_policy_with_lineage(scenario):
     assert {"check_before_solved", "check_after_solved", "r_correctness_last20"} <= set(stage2.data.metrics)
     plots = {a.path for a in client.list_artifacts(stage2.info.run_id, "plots")}
     assert "plots/figure4_code_rl.png" in plots
+
+
+def test_candidate_matrix_records_every_domain_and_gates(scenario):
+    """The `evaluate-candidate` deployment's flow (`forge eval matrix`): every suite recorded on @candidate (the
+    version the recipe proposed), the report plotted, the gate's decision on the version; then `forge eval compare`
+    pairs the candidate's items with the champion's."""
+    root = scenario["root"]
+    out = _forge(root, "eval", "matrix", "--profile", str(PROFILE))
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    assert "forge-policy/" in out.stdout and ("promoted" in out.stdout or "refused" in out.stdout)
+    code = (
+        "import json\n"
+        "from mlflow import MlflowClient\n"
+        "from registry.tracking import init_mlflow\n"
+        "from forge.workspace import configure_environment\n"
+        "client = init_mlflow(configure_environment())\n"
+        "v = client.get_model_version_by_alias('forge-policy', 'candidate')\n"
+        "print('TAGS', json.dumps(v.tags))\n"
+    )
+    tags = subprocess.run([sys.executable, "-c", code], env=_env(root), cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert tags.returncode == 0, tags.stderr[-3000:]
+    tags = json.loads(tags.stdout.split("TAGS", 1)[1])
+    for suite in ("humaneval", "code", "math", "science", "tool_use", "alignment", "deep_search"):
+        assert f"eval.{suite}.run_id" in tags, suite
+    for metric in ("math_accuracy", "science_accuracy", "tool_use_accuracy", "alignment_win_rate",
+                   "deep_search_accuracy"):
+        assert 0.0 <= float(tags[f"metric.{metric}"]) <= 1.0
+    assert tags["promotion.decision"] in ("promoted", "refused")
+    compared = _forge(root, "eval", "compare", "@champion", "@candidate", timeout=300)
+    assert compared.returncode == 0, compared.stdout[-3000:] + compared.stderr[-3000:]
+    for domain in ("math", "science", "alignment", "deep_search"):
+        assert domain in compared.stdout

@@ -165,21 +165,26 @@ def test_a_rejected_turn_and_the_tool_responses_get_no_loss(episodes, model_dir,
 def test_one_update_raises_the_rewarded_answer_and_lowers_the_unrewarded_one(episodes, model_dir, tokenizer):
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     cfg = CFG.model_copy(update={"rejected_turns": "negative_reward"})
+    right, wrong = (e.records[2] for e in episodes)
+    # The two answer turns share their reasoning and template tokens (pushed up by +1 and down by -0.5: the shared
+    # text rises on balance), so the answers are read where the two completions differ: the answer itself.
+    start = next(i for i, (a, b) in enumerate(zip(right.completion_ids, wrong.completion_ids, strict=False)) if a != b)
+    tail = next(i for i, (a, b) in enumerate(zip(right.completion_ids[::-1], wrong.completion_ids[::-1], strict=False))
+                if a != b)
 
-    def answer_logprob(episode) -> float:
-        tokens = episode.records[2]
+    def answer_logprob(tokens) -> float:
         ids = torch.tensor([tokens.prompt_ids + tokens.completion_ids])
         with torch.no_grad():
             logp = token_logprobs(model(input_ids=ids).logits, ids)[0, len(tokens.prompt_ids) - 1 :]
-        return float(logp.sum())
+        return float(logp[start : len(tokens.completion_ids) - tail].sum())
 
-    before = [answer_logprob(e) for e in episodes]
+    before = [answer_logprob(t) for t in (right, wrong)]
     stats = update_policy(model, None, episodes, cfg, torch.optim.AdamW(model.parameters(), lr=1e-2),
                           tokenizer.pad_token_id)
-    after = [answer_logprob(e) for e in episodes]
+    after = [answer_logprob(t) for t in (right, wrong)]
     assert stats["sequences"] == 2 and stats["trained_tokens"] > 0
     assert after[0] > before[0] + 1.0  # the right answer (advantage +1) is more likely
-    assert after[1] < before[1]  # the wrong one (rejected, advantage -0.5) less, though it shares the reasoning
+    assert after[1] < before[1]  # the wrong one (rejected, advantage -0.5) less
 
 
 def test_shared_prefix_logits_equal_a_plain_forward_pass(model_dir):
