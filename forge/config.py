@@ -439,6 +439,9 @@ class DeepSearchSuiteConfig(SuiteConfig):
     min_hops: int = Field(1, ge=1)
     max_hops: int = Field(2, ge=1)
     max_tool_calls: int = Field(8, ge=1, description="Tool calls before the episode must answer.")
+    multihop_questions: int = Field(0, ge=0, description=(
+        "2Wiki/HotpotQA/MuSiQue eval questions whose evidence the offline wiki holds (forge/search/evaluation.py), "
+        "taken in turn from the three sets, after the lookups."))
 
 
 class EvalConfig(Strict):

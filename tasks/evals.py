@@ -109,15 +109,18 @@ def run_model_suite(suite: str, backend: Any, cfg: Any, corpora: Path, *, ws: An
         scorer = PairwiseScorer(judge.model_dir, max_length=cfg.judge_max_length, batch_size=cfg.batch_size)
         return suites.run_alignment(backend, cfg, corpora, scorer)
     if suite == "deep_search":
-        from forge.search.evaluation import evaluate_deep_search
+        from forge.data.corpora import load_multihop_eval
+        from forge.search.evaluation import evaluate_deep_search, reachable_multihop
         from forge.search.tools import SearchTools
         from forge.workspace import Workspace
 
         start = time.monotonic()
+        tools = SearchTools.load(ws or Workspace.from_env())
+        multihop = reachable_multihop(tools, load_multihop_eval(corpora), cfg.multihop_questions)
         rows, metrics = evaluate_deep_search(
-            backend, SearchTools.load(ws or Workspace.from_env()), questions=cfg.questions,
-            max_tool_calls=cfg.max_tool_calls, max_new_tokens=cfg.max_new_tokens, min_hops=cfg.min_hops,
-            max_hops=cfg.max_hops, seed=seed)
+            backend, tools, questions=cfg.questions, max_tool_calls=cfg.max_tool_calls,
+            max_new_tokens=cfg.max_new_tokens, min_hops=cfg.min_hops, max_hops=cfg.max_hops, seed=seed,
+            multihop=multihop)
         return suites.SuiteReport("deep_search", rows, metrics, time.monotonic() - start)
     runners = {"math": suites.run_math, "science": suites.run_science, "tool_use": suites.run_tool_use}
     if suite not in runners:

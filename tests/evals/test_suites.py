@@ -11,6 +11,7 @@ import json
 import pytest
 
 from forge.config import AlignmentSuiteConfig, DeepSearchSuiteConfig, MathSuiteConfig, SuiteConfig
+from forge.data.corpora import load_multihop_eval, load_multihop_train
 from forge.evals import suites
 from forge.generation import get_backend
 from tasks.evals import run_model_suite
@@ -112,11 +113,30 @@ def test_deep_search_questions_are_held_out_of_training(backend, workspace):
     held = build_lookup_qas(tools.graph, 20, seed=0, split="eval")
     assert not {q.walk["head"] for q in train} & {q.walk["head"] for q in held}
     assert all(is_eval_head(q.walk["head"]) for q in held)
-    cfg = DeepSearchSuiteConfig(questions=3, max_new_tokens=24, max_tool_calls=2)
+    cfg = DeepSearchSuiteConfig(questions=3, multihop_questions=3, max_new_tokens=24, max_tool_calls=2)
     report = run_model_suite("deep_search", backend, cfg, workspace.corpora, ws=workspace)
-    assert [r["id"] for r in report.rows] == [q.id for q in held[:3]]
+    assert [r["id"] for r in report.rows[:3]] == [q.id for q in held[:3]]
+    assert [r["source"] for r in report.rows[3:]] == ["2wiki", "hotpotqa", "musique"]  # one from each set in turn
+    train = {" ".join(r["question"].split()).casefold() for r in load_multihop_train(workspace.corpora)}
+    assert not {" ".join(r["question"].split()).casefold() for r in report.rows[3:]} & train
     assert all(r["tool_calls"] <= 2 and r["turns"] >= 1 for r in report.rows)
-    assert report.metrics["deep_search_n"] == 3.0
+    assert report.metrics["deep_search_n"] == 6.0 and "deep_search_musique_accuracy" in report.metrics
+
+
+def test_multihop_questions_are_kept_only_where_the_wiki_holds_the_answer(workspace):
+    from forge.search.evaluation import reachable_multihop
+    from forge.search.tools import SearchTools
+
+    tools = SearchTools.load(workspace)
+    page = next(p for p in tools.pages if len(p.title) >= 8 and tools.graph.out_edges(p.mid))
+    linked = tools.page(tools.graph.out_edges(page.mid)[0][1]).title
+    rows = [{"idx": 1, "question": f"What is {page.title} known for?", "answer": "Qwertyuiop Zxcvbnm"},  # nowhere
+            {"idx": 2, "question": "Who founded a city nobody wrote a page about?", "answer": linked},  # names no page
+            {"idx": 3, "question": f"Which page does {page.title} link to?", "answer": linked}]  # one link away
+    kept = reachable_multihop(tools, {"probe_500": rows}, 5)
+    assert [(source, qa.id) for source, qa in kept] == [("probe", "probe_500:3")]
+    shipped = reachable_multihop(tools, load_multihop_eval(workspace.corpora), 1500)
+    assert 50 <= len(shipped) <= 150  # about 80 of the 1,500 ask about pages this wiki has
 
 
 def test_forge_eval_run_on_a_local_checkpoint(tiny_policy, tmp_path):
