@@ -126,6 +126,8 @@ def configure_environment(ws: Workspace | None = None) -> Workspace:
     os.environ.setdefault("MLFLOW_TRACKING_URI", ws.mlflow_uri)
     os.environ.setdefault("MLFLOW_REGISTRY_URI", os.environ["MLFLOW_TRACKING_URI"])
     os.environ.setdefault("DVC_SITE_CACHE_DIR", str(ws.home / "dvc-site-cache"))
+    # One tqdm bar per artifact fetched: `forge eval matrix` fetches a dozen, and the bars bury its verdict.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     os.environ.setdefault("FORGE_HOME", str(ws.home))
     os.environ.setdefault("FORGE_ROOT", str(ws.root))
     return ws

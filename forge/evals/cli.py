@@ -223,7 +223,7 @@ def compare(
 
     table = Table(title=f"{model_name}: v{vb} ({b}) vs v{va} ({a})", box=box.SIMPLE, pad_edge=False,
                   show_edge=False)
-    for col in ("domain/suite", "n", "A", "B", "Δ", "95% CI", "p", "verdict"):
+    for col in ("domain/suite", "n", f"A v{va}", f"B v{vb}", "Δ", "95% CI", "p", "verdict"):
         table.add_column(col, justify="left" if col in ("domain/suite", "verdict") else "right", no_wrap=True)
     colours = {"better": "green", "worse": "red"}
     suites_of = {d.domain: sum(x.level == "suite" and x.domain == d.domain for x in deltas) for d in deltas}

@@ -256,6 +256,13 @@ def _style_domain_axis(ax, title: str) -> None:
     ax.set_axisbelow(True)
 
 
+def _mark_zeros(ax, bars: list[tuple[float, float]], colour) -> None:
+    """A "0" in the bar's colour where a bar has no height: evaluated and scored nothing, unlike "n/a"."""
+    for x, v in bars:
+        if v == 0:
+            ax.text(x, 0.02, "0", ha="center", va="bottom", fontsize=7, color=colour)
+
+
 def plot_domains_across_versions(rows: Sequence[VersionHeadlines], *, title: str = "Headline metric per domain"):
     """Grouped bars: one group per domain (``DOMAINS``), one bar per version, height = the headline metric.
 
@@ -269,6 +276,7 @@ def plot_domains_across_versions(rows: Sequence[VersionHeadlines], *, title: str
         present = [(x, row.headline[d]) for x, d in zip(xs, DOMAINS, strict=True) if d in row.headline]
         color = f"C{j % 10}"
         ax.bar([x for x, _ in present], [v for _, v in present], width * 0.95, label=row.label, color=color)
+        _mark_zeros(ax, present, color)
         for x, d in zip(xs, DOMAINS, strict=True):
             if d not in row.headline:
                 missing = True
@@ -306,6 +314,7 @@ def plot_champion_vs_candidate(
                                           (candidate_label, candidate, 0.2, "tab:blue")):
         present = [(i + offset, values[d]) for i, d in enumerate(DOMAINS) if d in values]
         ax.bar([x for x, _ in present], [v for _, v in present], 0.38, label=label, color=colour)
+        _mark_zeros(ax, present, colour)
         for i, d in enumerate(DOMAINS):
             if d not in values:
                 ax.text(i + offset, 0.02, "n/a", rotation=90, ha="center", va="bottom", fontsize=7, color="0.45")

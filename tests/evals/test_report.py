@@ -149,7 +149,7 @@ def headline_metrics(**values: float) -> dict[str, float]:
 
 def test_domains_plot_has_one_bar_per_evaluated_version_and_domain():
     rows = [
-        VersionHeadlines.from_metrics(1, headline_metrics(code=0.3, math=0.4, science=0.5, alignment=0.5)),
+        VersionHeadlines.from_metrics(1, headline_metrics(code=0.3, math=0.4, science=0.0, alignment=0.5)),
         VersionHeadlines.from_metrics(2, headline_metrics(code=0.35, math=0.7, science=0.52, tool_use=0.6,
                                                           deep_search=0.2), aliases=["champion"]),
         VersionHeadlines.from_metrics(3, {**headline_metrics(**dict.fromkeys(DOMAINS, 0.5)), "loss": 2.0},
@@ -160,6 +160,7 @@ def test_domains_plot_has_one_bar_per_evaluated_version_and_domain():
     assert len(ax.patches) == 4 + 5 + 6
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["v1", "v2 (champion)", "v3 (candidate)"]
     assert sum(t.get_text() == "n/a" for t in ax.texts) == 2 + 1  # v1: tool_use, deep_search; v2: alignment
+    assert [t.get_text() for t in ax.texts].count("0") == 1  # v1's science: evaluated, no height, still seen
     assert all(0 <= p.get_height() <= 1 for p in ax.patches)
     fig.savefig("/tmp/eval_report_domains.png")  # to look at
 
