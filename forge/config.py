@@ -29,6 +29,12 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _needs_model(url: str | None, model: str | None, field: str) -> None:
+    """An endpoint without the name of the model it serves is refused at load, not at the first request."""
+    if url and not model:
+        raise ValueError(f"{field} is required with an endpoint URL ({url}): the model name it serves")
+
+
 class TokenizerConfig(Strict):
     vocab_size: int = Field(4096, ge=512, description="Byte-level BPE vocabulary size, special tokens included.")
     min_frequency: int = Field(2, ge=1, description="Minimum pair frequency for a BPE merge.")
@@ -292,11 +298,12 @@ class DeepSearchConfig(Strict):
     review_db_url: str | None = Field(None, description="Review store URL; None = SQLite under the home.")
     teacher_base_url: str | None = Field(
         None, description="OpenAI-compatible teacher: LLM entity filter, question rewrite and turn critic when set.")
-    teacher_model: str = Field("default", description="Model name sent to the teacher endpoint.")
+    teacher_model: str | None = Field(None, description="The model name teacher_base_url serves.")
     seed: int = 0
 
     @model_validator(mode="after")
     def _walk_lengths(self) -> DeepSearchConfig:
+        _needs_model(self.teacher_base_url, self.teacher_model, "teacher_model")
         if not self.walk_length_min <= self.walk_length_max:
             raise ValueError("need walk_length_min <= walk_length_max")
         return self
@@ -357,9 +364,15 @@ class VLLMConfig(Strict):
 class GenerationConfig(Strict):
     backend: Literal["transformers", "vllm", "openai"] = "transformers"
     openai_base_url: str | None = Field(None, description="OpenAI-compatible endpoint (teacher models).")
+    openai_model: str | None = Field(None, description="The model name openai_base_url serves (vLLM refuses others).")
     vllm: VLLMConfig = VLLMConfig()
     temperature: float = Field(0.6, ge=0)
     top_p: float = Field(0.95, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _endpoint_model(self) -> GenerationConfig:
+        _needs_model(self.openai_base_url, self.openai_model, "openai_model")
+        return self
 
 
 class TrainingRuntimeConfig(Strict):
@@ -408,7 +421,12 @@ class CodeDataConfig(Strict):
     complexity_judge_url: str | None = Field(
         None, description="OpenAI-compatible endpoint (…/v1) of a complexity judge model; None = empirical judge."
     )
-    complexity_judge_model: str = Field("default", description="Model name sent to the complexity judge endpoint.")
+    complexity_judge_model: str | None = Field(None, description="The model name complexity_judge_url serves.")
+
+    @model_validator(mode="after")
+    def _judge_model(self) -> CodeDataConfig:
+        _needs_model(self.complexity_judge_url, self.complexity_judge_model, "complexity_judge_model")
+        return self
 
 
 class SuiteConfig(Strict):

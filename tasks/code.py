@@ -93,9 +93,9 @@ def _complexity_judge(cfg: CodeDataConfig):
     """The judge model's backend when an endpoint is configured (the paper's instruct judge), else None."""
     if not cfg.complexity_judge_url:
         return None
-    from forge.generation import get_backend
+    from forge.generation import endpoint_backend
 
-    return get_backend("openai", base_url=cfg.complexity_judge_url, model=cfg.complexity_judge_model)
+    return endpoint_backend(cfg.complexity_judge_url, cfg.complexity_judge_model)
 
 
 def _write_version(name: str, rows: list[dict], manifest: dict, under: Path | None = None) -> str:

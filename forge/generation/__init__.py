@@ -2,7 +2,7 @@
 
     from forge.generation import get_backend
     backend = get_backend("transformers", model=".forge/models/sft/ctx-1024")
-    backend = get_backend("openai", base_url="http://127.0.0.1:8000/v1")
+    backend = endpoint_backend("http://127.0.0.1:8000/v1", "teacher")     # answers kept under the home
     backend = get_backend("vllm", model="Nanbeige/Nanbeige4.1-3B")    # GPU extra only
 
 The registry maps names to dotted paths (as verl's rollout registry does), so importing this package never
@@ -27,7 +27,7 @@ BACKENDS: dict[str, str] = {
 REQUIREMENTS: dict[str, tuple[str, ...]] = {
     "transformers": ("torch", "transformers"),
     "vllm": ("vllm",),
-    "openai": ("httpx",),
+    "openai": ("openai",),
 }
 INSTALL_HINTS: dict[str, str] = {
     "vllm": "install the GPU extra on a CUDA machine: pip install -e '.[gpu]'",
@@ -64,13 +64,22 @@ def local_backend(generation: GenerationConfig, model_dir: str) -> GenerationBac
     return get_backend("transformers", model=model_dir)
 
 
+def endpoint_backend(base_url: str, model: str) -> GenerationBackend:
+    """An OpenAI-compatible endpoint serving ``model`` (teacher, judge), with retries and backoff, its answers kept
+    under the home (``endpoint-cache/``) so a stage re-run after the endpoint failed asks only what was not answered.
+    Delete that folder when the endpoint starts serving other weights under the same name."""
+    from forge.workspace import Workspace
+
+    return get_backend("openai", base_url=base_url, model=model, cache_dir=Workspace.from_env().home / "endpoint-cache")
+
+
 def teacher_or_local(generation: GenerationConfig, model_dir: str) -> GenerationBackend:
     """The teacher endpoint when the profile names one (``generation.openai_base_url``), else the checkpoint in
     ``model_dir`` through :func:`local_backend`: the strong side of §2.1.3's pairs and §2.1.1's refinement."""
     if generation.openai_base_url:
-        return get_backend("openai", base_url=generation.openai_base_url)
+        return endpoint_backend(generation.openai_base_url, generation.openai_model)
     return local_backend(generation, model_dir)
 
 
-__all__ = ["BACKENDS", "GenerationBackend", "get_backend", "local_backend",
+__all__ = ["BACKENDS", "GenerationBackend", "endpoint_backend", "get_backend", "local_backend",
            "teacher_or_local"]

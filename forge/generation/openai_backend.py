@@ -1,22 +1,38 @@
 """Generation through any OpenAI-compatible HTTP endpoint (teacher models, a vLLM server, another Forge).
 
-``POST {base_url}/chat/completions`` for chats, ``POST {base_url}/completions`` for raw text, one request per
-prompt, a few in flight at once. Structured replies (``reasoning_content``, ``tool_calls``) are rendered
-back into Forge's text format, so callers parse every backend's output the same way.
+Requests go through the ``openai`` SDK: ``chat.completions`` for chats, ``completions`` for raw text, one request
+per prompt, a few in flight at once. The SDK retries what is worth retrying (connection errors, timeouts, 408, 409,
+429 and 5xx) with exponential backoff and jitter, honouring ``Retry-After``; when the retries run out the call fails
+with the endpoint's URL and its last status. Structured replies (``reasoning_content``, ``tool_calls``) are
+rendered back into Forge's text format, so callers parse every backend's output the same way.
+
+With ``cache_dir`` every answered request is kept on disk, keyed by its endpoint, route and payload: a stage that
+fails half-way (the endpoint died after its retries) asks again, when re-run, only what it had not been answered.
 
     backend = OpenAIBackend("http://127.0.0.1:8000/v1", model="teacher", api_key=os.environ.get("OPENAI_API_KEY"))
 """
 
 from __future__ import annotations
 
+import json
 import os
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
-import httpx
+import openai
 
+from forge.atomic import atomic_write_text
 from forge.chat import format_assistant_text
 from forge.generation.base import Messages
+from forge.hashing import value_digest
+
+
+RETRIED = {408, 409, 429}  # with 5xx: what the SDK retries (its _should_retry); the rest are answers
+
+
+class EndpointError(RuntimeError):
+    """An endpoint refused a request, or stayed unreachable, after the retries."""
 
 
 class OpenAIBackend:
@@ -24,38 +40,62 @@ class OpenAIBackend:
 
     Args:
         base_url: endpoint root including ``/v1`` (``GenerationConfig.openai_base_url``).
-        model: model name sent with each request.
-        api_key: bearer token; default ``$OPENAI_API_KEY`` when set, none otherwise.
-        timeout_s: per-request timeout.
+        model: the model name the endpoint serves (a vLLM server refuses any other).
+        api_key: bearer token; default ``$OPENAI_API_KEY`` when set (servers without auth ignore it).
+        timeout_s: per-attempt timeout.
+        max_retries: attempts after the first, with exponential backoff, on connection errors, timeouts, 408, 409,
+            429 and 5xx; other statuses (400, 401, 404 …) fail at once.
         max_concurrency: requests in flight at once.
+        cache_dir: where answered requests are kept (None: not kept).
     """
 
     def __init__(
         self,
         base_url: str,
         *,
-        model: str = "default",
+        model: str,
         api_key: str | None = None,
         timeout_s: float = 120.0,
+        max_retries: int = 4,
         max_concurrency: int = 4,
+        cache_dir: str | Path | None = None,
     ) -> None:
         if not base_url:
             raise ValueError("OpenAIBackend needs a base_url (generation.openai_base_url in the profile)")
+        if not model:
+            raise ValueError(f"OpenAIBackend needs the model name {base_url} serves")
         self.base_url = base_url.rstrip("/")
         self.model = model
+        self.max_retries = max_retries
         api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s)
+        self.client = openai.OpenAI(base_url=self.base_url, api_key=api_key or "none", timeout=timeout_s,
+                                    max_retries=max_retries)
         self.max_concurrency = max_concurrency
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
 
     def close(self) -> None:
         self.client.close()
 
     def _post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
-        response = self.client.post(path, json=payload)
-        if response.status_code != 200:
-            raise RuntimeError(f"{self.base_url}{path}: HTTP {response.status_code}: {response.text[:500]}")
-        return response.json()
+        """POST ``payload`` to ``path`` (under ``base_url``) and return the JSON reply, from the cache when it was
+        answered before; :class:`EndpointError` names the URL, the attempts and the last status."""
+        cached = self.cache_dir / f"{value_digest(self.base_url, path, payload)}.json" if self.cache_dir else None
+        if cached is not None and cached.exists():
+            return json.loads(cached.read_text())
+        attempts = f"{self.max_retries + 1} attempt{'s' if self.max_retries else ''}"
+        try:
+            reply = self.client.post(path, body=payload, cast_to=object)
+        except openai.APIStatusError as err:
+            retried = err.status_code in RETRIED or err.status_code >= 500
+            raise EndpointError(f"{self.base_url}{path}: HTTP {err.status_code} "
+                                f"{'after ' + attempts if retried else '(not retried)'}: {err.response.text[:500]}"
+                                ) from err
+        except openai.APIConnectionError as err:  # timeouts too
+            raise EndpointError(f"{self.base_url}{path}: no answer after {attempts}: {err.__cause__ or err}") from err
+        if cached is not None:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(cached, json.dumps(reply))
+        return reply
 
     def _sampling(self, max_new_tokens: int, temperature: float, top_p: float, seed: int) -> dict[str, Any]:
         return {

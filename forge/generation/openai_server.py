@@ -71,6 +71,10 @@ def make_server(
                     "seed": int(req.get("seed") or 0),
                 }
                 route = self.path.rstrip("/")
+                if req.get("model") != model_name:  # as vLLM answers a name it does not serve
+                    self._reply(404, {"error": {"message": f"The model `{req.get('model')}` does not exist.",
+                                                "type": "NotFoundError", "code": 404}})
+                    return
                 if route == "/v1/chat/completions":
                     with lock:
                         text = backend.generate([req["messages"]], tools=req.get("tools"), **sampling)[0]

@@ -47,9 +47,9 @@ def teacher(cfg: DeepSearchConfig) -> Any:
     """The teacher backend when ``cfg.teacher_base_url`` is set (LLM filter, rewrite, critic), else None."""
     if not cfg.teacher_base_url:
         return None
-    from forge.generation import get_backend
+    from forge.generation import endpoint_backend
 
-    return get_backend("openai", base_url=cfg.teacher_base_url, model=cfg.teacher_model)
+    return endpoint_backend(cfg.teacher_base_url, cfg.teacher_model)
 
 
 def shard_heads(tools: SearchTools, cfg: DeepSearchConfig) -> list[list[str]]:
