@@ -23,6 +23,7 @@ from forge.review import (
     record_verdict,
     session_scope,
     trajectory_view,
+    write_once,
 )
 
 LONG_OBSERVATION = 400  # characters; longer tool responses start collapsed
@@ -40,9 +41,9 @@ def _save_turn(turn_id: int, number: int, passed: bool, shown_version: int) -> N
         if any(wrong.values()):  # none ticked: every dimension fails with the turn
             dimensions = {d: not bad for d, bad in wrong.items()}
     try:
-        with session_scope(engine()) as s:
-            version = record_verdict(s, turn_id, user.name, passed=passed, note=note, dimensions=dimensions,
-                                     expected_version=shown_version).version
+        version = write_once(engine(), lambda s: record_verdict(
+            s, turn_id, user.name, passed=passed, note=note, dimensions=dimensions,
+            expected_version=shown_version).version)
     except StaleVerdictError:
         st.session_state.pop(f"note_{turn_id}", None)  # show the stored comment, not the one typed over it
         flash("warning", f"Turn {number} was changed elsewhere after this page showed it, so nothing was saved. "
@@ -54,9 +55,8 @@ def _save_turn(turn_id: int, number: int, passed: bool, shown_version: int) -> N
 def _save_trajectory(trajectory_id: str, accepted: bool, shown_version: int) -> None:
     note = st.session_state.get(f"tnote_{trajectory_id}", "")
     try:
-        with session_scope(engine()) as s:
-            version = record_trajectory_verdict(s, trajectory_id, user.name, accepted=accepted, note=note,
-                                                expected_version=shown_version).version
+        version = write_once(engine(), lambda s: record_trajectory_verdict(
+            s, trajectory_id, user.name, accepted=accepted, note=note, expected_version=shown_version).version)
     except StaleVerdictError:
         st.session_state.pop(f"tnote_{trajectory_id}", None)
         flash("warning", "The trajectory verdict was changed elsewhere after this page showed it, so nothing was "

@@ -29,6 +29,7 @@ from forge.review.repository import (
     reviewed_trajectory,
     session_scope,
     trajectory_rejected,
+    write_once,
 )
 from forge.review.views import (
     Progress,
@@ -84,4 +85,5 @@ __all__ = [
     "trajectory_rejected",
     "trajectory_view",
     "user_for_oidc",
+    "write_once",
 ]

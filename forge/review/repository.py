@@ -17,14 +17,16 @@ schema comes from the Alembic migrations in ``forge/review/migrations`` (``open_
 
 from __future__ import annotations
 
+import logging
 import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from sqlalchemy import Engine, create_engine, event, func, inspect, select, text
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
 from forge.data.schemas import SearchQA, SearchTrajectory, TurnVerdict
@@ -37,6 +39,9 @@ from forge.review.models import (
     Verdict,
     utcnow,
 )
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000  # 5 s starved a writer among 8 on a loaded 2-core machine
 
@@ -53,7 +58,9 @@ def open_store(url: str | None = None, home: Path | None = None, *, schema: str 
         path = Path(home) / "review" / "review.db"
         path.parent.mkdir(parents=True, exist_ok=True)
         url = f"sqlite:///{path}"
-    engine = create_engine(url)
+    # pre-ping: a pooled connection the server dropped while it sat idle (a restart, an idle timeout) is replaced
+    # at checkout instead of failing the reviewer's next click
+    engine = create_engine(url, pool_pre_ping=True)
     if engine.dialect.name == "sqlite":
         _sqlite_pragmas(engine)
     if schema:
@@ -168,6 +175,22 @@ def session_scope(engine: Engine) -> Iterator[Session]:
         except BaseException:
             session.rollback()
             raise
+
+
+def write_once(engine: Engine, work: Callable[[Session], T]) -> T:
+    """``work(session)`` in one transaction, run again once on a fresh connection when the database dropped the
+    connection under it (the transaction rolled back, so nothing was half-written). A drop during COMMIT leaves it
+    unknown whether the write landed: the retry of a versioned verdict then finds the new version and raises
+    :class:`StaleVerdictError` rather than writing twice."""
+    for attempt in (1, 2):
+        try:
+            with session_scope(engine) as session:
+                return work(session)
+        except DBAPIError as err:
+            if attempt == 2 or not err.connection_invalidated:
+                raise
+            log.warning("the database dropped the connection (%s); trying once more", str(err.orig).strip())
+    raise AssertionError("unreachable")
 
 
 def _sqlite_pragmas(engine: Engine) -> None:
