@@ -2,7 +2,8 @@
 """The sandbox's fork server (passed to ``python -I -S -B -c``; never imported: the checkout is hidden in the
 jail). It is a file so it can be read and linted.
 
-Started once per Forge process, as root when Forge is root: it enters the shared network and mount namespaces,
+Started once per Forge process, as root when Forge is root: it enters the shared network and mount namespaces
+(not root: the user namespace of ours that owns them first, where it is root without any power outside),
 imports what runs need, freezes its heap (so children's garbage collection copies no pages), then forks one
 process per request that arrives on its socket (with the run's stdin, stdout, stderr and report pipe as passed
 descriptors). Forking this warm interpreter costs about a millisecond where starting a fresh one costs ~30, and
@@ -59,11 +60,37 @@ def prepare(A):
             os.chmod(path, mode)
 
 
+class CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def shed_user_namespace():
+    """Not root: the run gets a user namespace of its own, where it is uid 65534 (our uid outside), and gives up
+    every capability it holds there, bounding set included, so neither it nor anything it execs holds one. Its
+    processes count against RLIMIT_NPROC under that namespace alone."""
+    check(libc.unshare(0x10000000), "unshare(CLONE_NEWUSER)")
+    for name, text in (("setgroups", "deny"), ("uid_map", "65534 0 1"), ("gid_map", "65534 0 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+    for cap in range(64):
+        libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP (EINVAL past the last capability)
+    libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT_CLEAR_ALL
+    none = (CapData * 2)()
+    check(libc.capset(ctypes.byref(CapHeader(0x20080522, 0)), none), "capset(none)")  # _LINUX_CAPABILITY_VERSION_3
+    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+
+
 def user(A):
     uid = A["uid"]
     os.chdir(A["cwd"])
     for name, soft, hard in A["limits"]:
         resource.setrlimit(getattr(resource, name), (soft, hard))
+    if A["rootless"]:
+        shed_user_namespace()
     if uid >= 0:
         libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS: no setuid binary can give root back
         os.setgroups([])
@@ -168,8 +195,19 @@ def start_run(sock, own_pidns, running):
             check(libc.setns(own_pidns, 0x20000000), "setns(own pid namespace)")
     for fd in fds[:3]:
         os.close(fd)
-    running[os.pidfd_open(pid)] = (pid, fds[3])
-    sock.send(str(pid).encode())
+    pidfd = os.pidfd_open(pid)
+    running[pidfd] = (pid, fds[3])
+    sock.send(str(host_pid(pidfd) if A["rootless"] else pid).encode())
+
+
+def host_pid(pidfd):
+    """The run's pid as Forge sees it (not root, this server is pid 1 of a namespace of its own): the pid its
+    pidfd shows in /proc, which is Forge's."""
+    with open(f"/proc/self/fdinfo/{pidfd}") as f:
+        for line in f:
+            if line.startswith("Pid:"):
+                return int(line.split()[1])
+    raise RuntimeError("no Pid in pidfd fdinfo")
 
 
 WARM = """
@@ -204,13 +242,25 @@ def warm_up():
 
 def main():
     sock = socket.socket(fileno=int(sys.argv[1]))
-    net, mnt = int(sys.argv[2]), int(sys.argv[3])
+    net, mnt, user_ns = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    if user_ns >= 0:  # not root: the user namespace that owns the other two, first
+        check(libc.setns(user_ns, 0x10000000), "setns(user)")
+        os.close(user_ns)
     if net >= 0:
         check(libc.setns(net, 0x40000000), "setns(net)")
         check(libc.setns(mnt, 0x00020000), "setns(mnt)")
         os.close(net)
         os.close(mnt)
     os.chdir("/")
+    if user_ns >= 0:
+        # Runs go back to the server's PID namespace after each fork (setns), which needs one our user namespace
+        # owns: make it, and serve from its pid 1 while this process waits.
+        check(libc.unshare(0x20000000), "unshare(CLONE_NEWPID)")
+        server = os.fork()
+        if server:
+            sock.close()
+            _, status = os.waitpid(server, 0)
+            os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
     own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY)
     import time  # what submissions and the harness import anyway: loaded once here
 

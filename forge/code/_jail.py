@@ -49,6 +49,7 @@ class IsolationReport:
     pid_namespace: bool = False  # each run is its own PID namespace: the tree dies with its init
     cgroup: str = ""  # "v2", "v1" or "" (no per-run pids/memory cgroup)
     notes: list[str] = field(default_factory=list)
+    user_namespace: bool = False  # not root: the namespaces are our own user namespace's; the child has no capability
 
     @property
     def strong(self) -> bool:
@@ -58,8 +59,16 @@ class IsolationReport:
         return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"strong": self.strong}
 
 
-# Runs as root in a throwaway process: new mount + network namespaces, hide directories behind empty tmpfs,
-# bind back what the child needs, say "ready", then wait for the parent to have opened /proc/<pid>/ns/*.
+# Runs in a throwaway process: new mount + network namespaces (as root), or, not root, a new user namespace owning
+# them (our uid is its root, mapped to nothing else); hide directories behind empty tmpfs, bind back what the child
+# needs, say "ready", then wait for the parent to have opened /proc/<pid>/ns/*.
+_USERNS = r"""
+def enter_user_namespace(flags, uid, gid):
+    check(libc.unshare(0x10000000 | flags), "unshare(CLONE_NEWUSER)")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+"""
 _HOLDER = r"""
 import ctypes, json, os, sys
 cfg = json.loads(sys.argv[1])
@@ -67,12 +76,19 @@ libc = ctypes.CDLL(None, use_errno=True)
 def check(rc, what):
     if rc != 0:
         e = ctypes.get_errno(); raise OSError(e, f"{what}: {os.strerror(e)}")
-check(libc.unshare(0x00020000 | 0x40000000), "unshare(CLONE_NEWNS|CLONE_NEWNET)")
+""" + _USERNS + r"""
+if cfg["userns"]:
+    enter_user_namespace(0x00020000 | 0x40000000, *cfg["userns"])
+else:
+    check(libc.unshare(0x00020000 | 0x40000000), "unshare(CLONE_NEWNS|CLONE_NEWNET)")
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+# Flags a user namespace may not clear on a mount it inherited: a read-only remount repeats them (statvfs -> mount).
+LOCKED = {1: 1, 2: 2, 4: 4, 8: 8, 1024: 1024, 2048: 2048, 4096: 1 << 21}
 mount = libc.mount
 mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
 check(mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
 keep = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in cfg["keep_ro"] + cfg["keep_rw"]}
+locked = {p: sum(m for st, m in LOCKED.items() if os.statvfs(p).f_flag & st) for p in keep}
 for hidden in cfg["hide"]:
     check(mount(b"forge-hidden", hidden.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0755,size=1m"),
           f"tmpfs over {hidden}")
@@ -80,7 +96,8 @@ for path, fd in keep.items():
     os.makedirs(path, exist_ok=True)
     check(mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, MS_BIND | MS_REC, None), f"bind {path}")
     if path in cfg["keep_ro"]:
-        check(mount(None, path.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, None), f"ro {path}")
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | locked[path]
+        check(mount(None, path.encode(), None, flags, None), f"ro {path}")
     os.close(fd)
 for hidden in cfg["hide"]:
     check(mount(None, hidden.encode(), None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None), f"ro {hidden}")
@@ -88,11 +105,18 @@ print("ready", flush=True)
 sys.stdin.read()
 """
 
-# Does this host let a child make its own PID namespace and mount a /proc in it?
+# Does this host let a child make its own PID namespace and mount a /proc in it (not root: in a user namespace)?
 _PIDNS_PROBE = r"""
-import ctypes, os
+import ctypes, json, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
+def check(rc, what):
+    if rc != 0:
+        e = ctypes.get_errno(); raise OSError(e, f"{what}: {os.strerror(e)}")
+""" + _USERNS + r"""
+userns = json.loads(sys.argv[1])
+if userns:
+    enter_user_namespace(0, *userns)
 assert libc.unshare(0x20000000 | 0x00020000) == 0, os.strerror(ctypes.get_errno())
 pid = os.fork()
 if pid == 0:
@@ -110,8 +134,8 @@ _BOOT = Path(__file__).with_name("_boot.py").read_text(encoding="utf-8")
 class Zygote:
     """The fork server of ``_boot.py``: one warm interpreter inside the jail that forks every run."""
 
-    def __init__(self, net_fd: int, mnt_fd: int) -> None:
-        self.net_fd, self.mnt_fd = net_fd, mnt_fd
+    def __init__(self, net_fd: int, mnt_fd: int, user_fd: int = -1) -> None:
+        self.net_fd, self.mnt_fd, self.user_fd = net_fd, mnt_fd, user_fd
         self.lock = threading.Lock()
         self.sock: socket.socket | None = None
         self.proc: subprocess.Popen | None = None
@@ -119,8 +143,9 @@ class Zygote:
 
     def _start(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        fds = (theirs.fileno(), self.net_fd, self.mnt_fd) if self.net_fd >= 0 else (theirs.fileno(),)
-        argv = [PYTHON, "-I", "-S", "-B", "-c", _BOOT, str(theirs.fileno()), str(self.net_fd), str(self.mnt_fd)]
+        fds = tuple(fd for fd in (theirs.fileno(), self.net_fd, self.mnt_fd, self.user_fd) if fd >= 0)
+        argv = [PYTHON, "-I", "-S", "-B", "-c", _BOOT, str(theirs.fileno()), str(self.net_fd), str(self.mnt_fd),
+                str(self.user_fd)]
         self.proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={}, pass_fds=fds
         )
@@ -162,6 +187,7 @@ class Jail:
     report: IsolationReport
     net_fd: int = -1
     mnt_fd: int = -1
+    user_fd: int = -1
     scratch_base: Path = Path()
     cgroup_parents: dict[str, Path] = field(default_factory=dict)  # controller ("pids", "memory", "v2") -> dir
     zygote: Zygote | None = None
@@ -193,9 +219,10 @@ def _hidden_dirs(keep: list[str]) -> list[str]:
     return [d for d in top if not any(k == d or d.startswith(k.rstrip("/") + "/") for k in keep)]
 
 
-def _probe_pidns() -> bool:
+def _probe_pidns(userns: list[int] | None = None) -> bool:
     try:
-        probe = subprocess.run([PYTHON, "-I", "-S", "-c", _PIDNS_PROBE], env={}, capture_output=True, check=False)
+        probe = subprocess.run([PYTHON, "-I", "-S", "-c", _PIDNS_PROBE, json.dumps(userns)], env={},
+                               capture_output=True, check=False)
         return probe.returncode == 0
     except OSError:
         return False
@@ -246,29 +273,47 @@ def _make_jail() -> Jail:
     scratch_base = Path(tempfile.mkdtemp(prefix="forge-sandbox-"))
     atexit.register(shutil.rmtree, scratch_base, ignore_errors=True)
     os.chmod(scratch_base, 0o711)  # children may enter their own dir, never list the others
+    prefixes = sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix, Path(PYTHON).parent)})
+    keep_ro = [p for p in prefixes if not any(p != o and p.startswith(o + "/") for o in prefixes)]
+    # Not root: our own user namespace (our uid its root, nothing else mapped) owns the namespaces, and each run
+    # makes one more inside it where it is uid 65534 with no capability (_boot.py).
+    userns = None if root else [os.geteuid(), os.getegid()]
+    cfg = {"keep_ro": keep_ro, "keep_rw": [str(scratch_base)], "hide": _hidden_dirs(keep_ro), "userns": userns}
     if not root:
-        notes.append("not root: the child runs as our own uid, without namespaces or cgroups")
-        report = IsolationReport(False, True, False, False, notes=notes)
-        return Jail(report, scratch_base=scratch_base)
+        try:
+            net_fd, mnt_fd, user_fd = _hold_namespaces(cfg)
+        except OSError as err:
+            notes.append(f"not root and no user namespace ({err}): the child runs as our own uid, without "
+                         "namespaces or cgroups")
+            return Jail(IsolationReport(False, True, False, False, notes=notes), scratch_base=scratch_base)
+        if not _probe_pidns(userns):
+            with contextlib.suppress(OSError):
+                for fd in (net_fd, mnt_fd, user_fd):
+                    os.close(fd)
+            notes.append("not root: a user namespace but no PID namespace in it, so nothing would bound a run's "
+                         "processes; the child runs as our own uid, without namespaces")
+            return Jail(IsolationReport(False, True, False, False, notes=notes), scratch_base=scratch_base)
+        notes.append("not root: user + PID + mount + network namespaces of our own; each run is uid 65534 of its own "
+                     "user namespace with no capability, its processes bounded by RLIMIT_NPROC (no cgroup)")
+        notes.append(f"hidden: {', '.join(cfg['hide'])}; read-only: {', '.join(keep_ro)}")
+        report = IsolationReport(False, True, True, True, True, "", notes, user_namespace=True)
+        return Jail(report, net_fd, mnt_fd, user_fd, scratch_base)
     cgroup, parents = _setup_cgroups(notes)
     pidns = _probe_pidns()
     if not pidns:
         notes.append("no PID namespace: daemons are found by the run's uid instead")
-    prefixes = sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix, Path(PYTHON).parent)})
-    keep_ro = [p for p in prefixes if not any(p != o and p.startswith(o + "/") for o in prefixes)]
-    cfg = {"keep_ro": keep_ro, "keep_rw": [str(scratch_base)], "hide": _hidden_dirs(keep_ro)}
     try:
-        net_fd, mnt_fd = _hold_namespaces(cfg)
+        net_fd, mnt_fd, _ = _hold_namespaces(cfg)
     except OSError as err:
         notes.append(f"namespaces unavailable ({err}): no network or filesystem isolation")
         report = IsolationReport(True, True, False, False, False, cgroup, notes)
         return Jail(report, scratch_base=scratch_base, cgroup_parents=parents)
     notes.append(f"hidden: {', '.join(cfg['hide'])}; read-only: {', '.join(keep_ro)}")
     report = IsolationReport(True, True, True, True, pidns, cgroup, notes)
-    return Jail(report, net_fd, mnt_fd, scratch_base, parents)
+    return Jail(report, net_fd, mnt_fd, scratch_base=scratch_base, cgroup_parents=parents)
 
 
-def _hold_namespaces(cfg: dict) -> tuple[int, int]:
+def _hold_namespaces(cfg: dict) -> tuple[int, int, int]:
     holder = subprocess.Popen(
         [PYTHON, "-I", "-S", "-c", _HOLDER, json.dumps(cfg)],
         stdin=subprocess.PIPE,
@@ -282,10 +327,11 @@ def _hold_namespaces(cfg: dict) -> tuple[int, int]:
             raise OSError(holder.stderr.read().decode().strip().splitlines()[-1:] or ["holder died"])
         net_fd = os.open(f"/proc/{holder.pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         mnt_fd = os.open(f"/proc/{holder.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        user_fd = os.open(f"/proc/{holder.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC) if cfg["userns"] else -1
     finally:
-        holder.stdin.close()  # the namespaces live on through our two descriptors
+        holder.stdin.close()  # the namespaces live on through our descriptors
         holder.wait()
-    return net_fd, mnt_fd
+    return net_fd, mnt_fd, user_fd
 
 
 def get_jail() -> Jail:
@@ -293,7 +339,7 @@ def get_jail() -> Jail:
     with _jail_lock:
         if _jail is None:
             _jail = _make_jail()
-            _jail.zygote = Zygote(_jail.net_fd, _jail.mnt_fd)
+            _jail.zygote = Zygote(_jail.net_fd, _jail.mnt_fd, _jail.user_fd)
         return _jail
 
 

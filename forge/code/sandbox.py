@@ -251,7 +251,7 @@ def run_compiled(
 # --- one run -----------------------------------------------------------------------------------------------
 
 
-def _limits(timeout_s: float, memory_mb: int, root: bool) -> dict[str, tuple[int, int]]:
+def _limits(timeout_s: float, memory_mb: int, own_processes: bool) -> dict[str, tuple[int, int]]:
     cpu = max(1, int(timeout_s + 1.999))
     limits = {
         "RLIMIT_CPU": (cpu, cpu + 1),
@@ -262,7 +262,7 @@ def _limits(timeout_s: float, memory_mb: int, root: bool) -> dict[str, tuple[int
         "RLIMIT_STACK": (min(STACK_BYTES, memory_mb * 1024 * 1024 // 2),) * 2,
         "RLIMIT_CORE": (0, 0),
     }
-    if not root:  # RLIMIT_NPROC would count all of our own processes and stop the child from starting
+    if not own_processes:  # RLIMIT_NPROC would count all of our own processes and stop the child from starting
         del limits["RLIMIT_NPROC"]
     return limits
 
@@ -294,7 +294,8 @@ def _run(
     root = report.running_as_root
     use_tmpfs = tmpfs and report.pid_namespace
     uid = lease_uid(jail) if root else -1
-    limits = _limits(timeout_s, memory_mb, root)
+    # As root each run has its own uid; not root, its own user namespace: either way RLIMIT_NPROC counts its alone.
+    limits = _limits(timeout_s, memory_mb, root or report.user_namespace)
     cgroup = make_run_cgroup(jail, MAX_PROCESSES, 2 * memory_mb * 1024 * 1024 + 64 * 1024 * 1024) if root else None
     staged: list[Path] = []
     scratch: Path | None = None
@@ -330,6 +331,7 @@ def _run(
             "mode": mode,
             "target": str(cwd / target) if target else "",
             "pidns": report.pid_namespace,
+            "rootless": report.user_namespace,
             "tmpfs": SCRATCH_TMPFS if use_tmpfs else "",
             "files": spec,
             "cgroups": cgroup.procs if cgroup else [],
