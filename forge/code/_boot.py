@@ -43,18 +43,31 @@ def prepare(A):
         check(libc.unshare(0x00020000), "unshare(CLONE_NEWNS)")
         check(libc.mount(None, b"/", None, 16384 | (1 << 18), None), "make / private")  # MS_REC | MS_PRIVATE
         check(libc.mount(b"proc", b"/proc", b"proc", 2 | 4 | 8, None), "mount /proc")  # nosuid nodev noexec
+    files = {}
+    for name, (text, src, mode) in A["files"].items() if A["tmpfs"] else ():
+        if text is None and not src:
+            continue  # a trusted program the server runs from its compiled copy
+        if src:
+            with open(src, "rb") as f:
+                files[name] = (f.read(), mode)
+        else:
+            files[name] = (text.encode("utf-8"), mode)
+    if A["rootless"]:
+        # Every run is our uid outside, so the scratch base (other runs' staged files and directories) would be
+        # theirs to read and write: an empty tmpfs covers it in this run's mount namespace, an on-disk run
+        # directory (the compiler's) bound back on top.
+        own = None if A["tmpfs"] else os.open(cwd, os.O_PATH | os.O_DIRECTORY)
+        base = os.path.dirname(cwd)
+        check(libc.mount(b"forge-base", base.encode(), b"tmpfs", 2 | 4, b"size=64k,mode=0755"), "tmpfs over base")
+        os.mkdir(cwd)
+        if own is not None:
+            check(libc.mount(f"/proc/self/fd/{own}".encode(), cwd.encode(), None, 4096, None), "bind run dir")
+            os.close(own)
     if A["tmpfs"]:
         opts = f"{A['tmpfs']},mode=0700,uid={max(uid, 0)},gid={max(uid, 0)}".encode()
         check(libc.mount(b"forge-scratch", cwd.encode(), b"tmpfs", 2 | 4, opts), "tmpfs scratch")
-        for name, (text, src, mode) in A["files"].items():
+        for name, (data, mode) in files.items():
             path = os.path.join(cwd, name)
-            if text is None and not src:
-                continue  # a trusted program the server runs from its compiled copy
-            if src:
-                with open(src, "rb") as f:
-                    data = f.read()
-            else:
-                data = text.encode("utf-8")
             with open(path, "wb") as f:
                 f.write(data)
             os.chmod(path, mode)

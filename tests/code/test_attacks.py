@@ -233,6 +233,41 @@ def test_writing_outside_the_scratch_dir_fails():
     assert not any(Path(d, "forge-escape.txt").exists() for d in targets)
 
 
+def test_other_runs_staged_files_are_out_of_reach():
+    # Large files and stdin are staged beside the runs' scratch dirs; a run must not list or read them.
+    staged = get_jail().scratch_base / ".stage-attack-test"
+    staged.write_text("staged-s3cret")
+    os.chmod(staged, 0o600)
+    try:
+        result = py(
+            """
+            import glob, os
+            for d in ("..", os.path.dirname(os.getcwd())):
+                try:
+                    print(d, os.listdir(d))
+                except OSError as err:
+                    print(d, "denied", err.errno)
+            for path in glob.glob("../.stage-*") + glob.glob("../.stdin-*") + ["../.stage-attack-test"]:
+                try:
+                    print(path, open(path).read())
+                except OSError as err:
+                    print(path, "denied", err.errno)
+            """
+        )
+    finally:
+        staged.unlink()
+    assert result.status == "ok", result.stderr
+    assert "s3cret" not in result.stdout and ".stage-attack-test'" not in result.stdout, result.stdout
+    # The compiler (an on-disk run directory) cannot include them either.
+    staged.write_text("int main() { return 0; }  // staged-s3cret\n")
+    os.chmod(staged, 0o600)
+    try:
+        compiled = execute("cpp", f'#include "{staged}"\n#include "../{staged.name}"\n')
+    finally:
+        staged.unlink()
+    assert compiled.status == "compile_error" and "s3cret" not in compiled.stderr, compiled
+
+
 def test_double_forked_daemon_dies_with_the_run():
     result = py(
         """
