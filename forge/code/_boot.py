@@ -97,6 +97,19 @@ def shed_user_namespace():
     libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
 
 
+class SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+
+FILTER = None  # the BPF program of forge/code/syscalls.py, as prctl wants it
+
+
+def deny_syscalls():
+    """Install the system-call filter: the last step before the code runs (it forbids mount and unshare)."""
+    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS: what lets an unprivileged process install a filter
+    check(libc.prctl(22, 2, ctypes.byref(FILTER), 0, 0), "prctl(PR_SET_SECCOMP)")  # SECCOMP_MODE_FILTER
+
+
 def user(A):
     uid = A["uid"]
     os.chdir(A["cwd"])
@@ -109,6 +122,8 @@ def user(A):
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
+    if FILTER is not None:
+        deny_syscalls()
     if A["mode"] == "exec":
         for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores these; a native program should not
             signal.signal(sig, signal.SIG_DFL)
@@ -256,6 +271,10 @@ def warm_up():
 def main():
     sock = socket.socket(fileno=int(sys.argv[1]))
     net, mnt, user_ns = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    global FILTER
+    if sys.argv[5]:
+        program = bytes.fromhex(sys.argv[5])
+        FILTER = SockFprog(len(program) // 8, program)  # struct sock_filter: 8 bytes each (ctypes keeps the bytes)
     if user_ns >= 0:  # not root: the user namespace that owns the other two, first
         check(libc.setns(user_ns, 0x10000000), "setns(user)")
         os.close(user_ns)

@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,7 @@ class IsolationReport:
     cgroup: str = ""  # "v2", "v1" or "" (no per-run pids/memory cgroup)
     notes: list[str] = field(default_factory=list)
     user_namespace: bool = False  # not root: the namespaces are our own user namespace's; the child has no capability
+    syscall_filter: bool = False  # the seccomp filter of forge/code/syscalls.py in every run
 
     @property
     def strong(self) -> bool:
@@ -134,8 +135,9 @@ _BOOT = Path(__file__).with_name("_boot.py").read_text(encoding="utf-8")
 class Zygote:
     """The fork server of ``_boot.py``: one warm interpreter inside the jail that forks every run."""
 
-    def __init__(self, net_fd: int, mnt_fd: int, user_fd: int = -1) -> None:
+    def __init__(self, net_fd: int, mnt_fd: int, user_fd: int = -1, seccomp: bytes | None = None) -> None:
         self.net_fd, self.mnt_fd, self.user_fd = net_fd, mnt_fd, user_fd
+        self.seccomp = seccomp
         self.lock = threading.Lock()
         self.sock: socket.socket | None = None
         self.proc: subprocess.Popen | None = None
@@ -145,7 +147,7 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         fds = tuple(fd for fd in (theirs.fileno(), self.net_fd, self.mnt_fd, self.user_fd) if fd >= 0)
         argv = [PYTHON, "-I", "-S", "-B", "-c", _BOOT, str(theirs.fileno()), str(self.net_fd), str(self.mnt_fd),
-                str(self.user_fd)]
+                str(self.user_fd), (self.seccomp or b"").hex()]
         self.proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={}, pass_fds=fds
         )
@@ -191,6 +193,7 @@ class Jail:
     scratch_base: Path = Path()
     cgroup_parents: dict[str, Path] = field(default_factory=dict)  # controller ("pids", "memory", "v2") -> dir
     zygote: Zygote | None = None
+    seccomp: bytes | None = None  # the BPF program every run installs (forge/code/syscalls.py)
     used_uids: set[int] = field(default_factory=set)  # every uid this process leased (tests look for leftovers)
     leased_uids: set[int] = field(default_factory=set)  # uids of the runs in flight
     uid_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -268,6 +271,17 @@ def _remove_cgroup(path: Path) -> None:
 
 
 def _make_jail() -> Jail:
+    jail = _isolate()
+    if jail.report.network_isolation:  # the filter goes with the namespaces (weak isolation stays as it was)
+        from forge.code.syscalls import denied_program
+
+        jail.seccomp, note = denied_program()
+        jail.report = replace(jail.report, syscall_filter=jail.seccomp is not None,
+                              notes=[*jail.report.notes, note])
+    return jail
+
+
+def _isolate() -> Jail:
     notes: list[str] = []
     root = os.geteuid() == 0
     scratch_base = Path(tempfile.mkdtemp(prefix="forge-sandbox-"))
@@ -339,7 +353,7 @@ def get_jail() -> Jail:
     with _jail_lock:
         if _jail is None:
             _jail = _make_jail()
-            _jail.zygote = Zygote(_jail.net_fd, _jail.mnt_fd, _jail.user_fd)
+            _jail.zygote = Zygote(_jail.net_fd, _jail.mnt_fd, _jail.user_fd, _jail.seccomp)
         return _jail
 
 

@@ -310,6 +310,41 @@ def test_ctypes_cannot_regain_privileges_and_crashes_are_contained():
     assert py("import ctypes\nctypes.string_at(0)").status == "runtime_error"
 
 
+def test_system_calls_no_program_needs_are_denied():
+    # Each of these works for an ordinary unprivileged process (io_uring, keyrings, ptrace on oneself, a user
+    # namespace); in the sandbox the filter answers EPERM, and forking and spawning still work.
+    result = py(
+        """
+        import ctypes, os, subprocess, sys
+        libc = ctypes.CDLL(None, use_errno=True)
+        def call(name, number, *args):
+            rc = libc.syscall(number, *args)
+            print(name, rc, ctypes.get_errno() if rc == -1 else 0)
+        call("ptrace", 101, 0, 0, 0, 0)                      # PTRACE_TRACEME
+        call("keyctl", 250, 0, -3, 0, 0)                     # KEYCTL_GET_KEYRING_ID of the session keyring
+        params = ctypes.create_string_buffer(120)
+        call("io_uring_setup", 425, 4, params)
+        call("unshare", 272, 0x10000000)                     # CLONE_NEWUSER
+        call("bpf", 321, 0, 0, 0)
+        call("perf_event_open", 298, 0, 0, -1, -1, 0)
+        call("mount", 165, b"none", b"/tmp", b"tmpfs", 0, 0)
+        call("userfaultfd", 323, 0)
+        pid = os.fork()
+        if pid == 0:
+            os._exit(7)
+        print("fork", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+        print("spawn", subprocess.run([sys.executable, "-c", "print(6 * 7)"], capture_output=True, text=True).stdout.strip())
+        """,
+        time_limit_s=5.0, memory_mb=256,
+    )
+    assert result.status == "ok", result.stderr
+    lines = dict(line.split(" ", 1) for line in result.stdout.splitlines())
+    for name in ("ptrace", "keyctl", "io_uring_setup", "unshare", "bpf", "perf_event_open", "mount", "userfaultfd"):
+        assert lines[name] == "-1 1", (name, lines[name])  # EPERM from the filter
+    assert lines["fork"] == "7" and lines["spawn"] == "42"
+    assert REPORT.syscall_filter and any(note.startswith("seccomp:") for note in REPORT.notes)
+
+
 # --- faking a pass in the batch judge --------------------------------------------------------------------
 
 TESTS = [Test.call("add", [i, 2 * i], 3 * i) for i in range(5)]

@@ -60,7 +60,7 @@ def test_sandbox_report_is_strong_for_a_normal_user():
     report = json.loads(done.stdout)
     assert report["running_as_root"] is False and report["user_namespace"] is True
     assert report["strong"] and report["network_isolation"] and report["filesystem_isolation"]
-    assert report["pid_namespace"]
+    assert report["pid_namespace"] and report["syscall_filter"]
 
 
 def test_attack_suite_passes_as_a_normal_user():
