@@ -27,7 +27,6 @@ from forge.chat import format_assistant_text
 from forge.generation.base import Messages
 from forge.hashing import value_digest
 
-
 RETRIED = {408, 409, 429}  # with 5xx: what the SDK retries (its _should_retry); the rest are answers
 
 

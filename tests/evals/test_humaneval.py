@@ -3,7 +3,6 @@
 .venv/bin/pytest tests/evals/test_humaneval.py -q
 """
 
-import time
 
 import pytest
 import torch
@@ -98,26 +97,20 @@ def test_extract_code(completion, expected_tail):
     compile(program, "program", "exec")
 
 
-def test_canonical_solutions_all_pass_within_a_minute():
-    start = time.monotonic()
+def test_canonical_solutions_all_pass():  # (their speed: bench/code_judge.py)
     report = evaluate_completions(PROBLEMS, [p.canonical_solution for p in PROBLEMS], CFG)
-    elapsed = time.monotonic() - start
     failures = [(r.task_id, r.status, r.error[-200:]) for r in report.rows if not r.passed]
     assert (report.passed, report.n, report.pass_at_1) == (164, 164, 1.0), failures
-    assert elapsed < 60, f"{elapsed:.1f} s"
 
 
 def test_broken_solutions_all_fail_and_loops_time_out():
-    start = time.monotonic()
     completions = [broken_completion(i, p) for i, p in enumerate(PROBLEMS)]
     report = evaluate_completions(PROBLEMS, completions, CFG)
-    elapsed = time.monotonic() - start
     assert report.passed == 0, [r.task_id for r in report.rows if r.passed]
     assert report.pass_at_1 == 0.0
     statuses = {r.task_id: r.status for r in report.rows}
     assert {t for t, s in statuses.items() if s == "timeout"} == LOOPING
     assert all(r.error for r in report.rows)
-    assert elapsed < 60, f"{elapsed:.1f} s"
     assert len(report.table()) == 164 and set(report.table()[0]) == {"task_id", "passed", "status", "seconds", "error"}
 
 

@@ -90,11 +90,11 @@ def test_a_check_past_its_time_limit_is_a_timeout_not_a_hang():
     slow = "\\boxed{\\sum_{n=1}^{3000} \\frac{1}{n^2+1}}"
     start = time.monotonic()
     score = score_math("5", slow, time_limit=0.3)
-    assert time.monotonic() - start < 2.0
+    assert time.monotonic() - start < 2.5  # cut, not finished (finishing takes ~3 s on a quiet machine, more if busy)
     assert (score.correct, score.reason) == (False, "timeout")
     # One integer power that holds the GIL for ~20 s: only a killed process gives it up in time.
     start = time.monotonic()
     assert score_math("5", "\\boxed{2^{10^{10}}}", time_limit=0.5).reason == "timeout"
-    assert time.monotonic() - start < 5.0  # the limit, a new worker's start-up, and slack
+    assert time.monotonic() - start < 10  # cut, not finished (~20 s): the limit, a new worker's start-up, slack
     # The killed worker is replaced for the next row.
     assert score_math("1/2", "\\boxed{0.5}").correct
