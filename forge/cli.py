@@ -83,15 +83,10 @@ def run(
     """Run the whole recipe; finished stages are taken from the cache (a killed run resumes)."""
     configure_environment()
     _setup_logging(verbose)
-    from forge.config import ConfigError, load_profile
+    from forge.config import load_profile
 
     overrides = _overrides(set_ or [])
-    try:
-        load_profile(profile, overrides)
-    except ConfigError as err:
-        console.print("[red]invalid profile[/red]")
-        console.print(str(err), markup=False, highlight=False)
-        raise typer.Exit(2) from None
+    load_profile(profile, overrides)  # a bad profile stops here, before any flow starts (main() reports it)
     from flows.recipe import recipe
 
     result = recipe(profile=profile, overrides=overrides or None)
@@ -340,5 +335,18 @@ def _print_lineage(report: dict) -> None:
                     console.print(table)
 
 
+def main() -> None:
+    """The ``forge`` command. A bad profile, whichever command reads it, is reported as ``file:line: field: reason``
+    lines and exit status 2, never a traceback."""
+    from forge.config import ConfigError
+
+    try:
+        app()
+    except ConfigError as err:
+        console.print("[red]invalid profile[/red]")
+        console.print(str(err), markup=False, highlight=False, soft_wrap=True)
+        raise SystemExit(2) from None
+
+
 if __name__ == "__main__":
-    app()
+    main()

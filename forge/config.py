@@ -652,7 +652,21 @@ def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
     validation; each error names the file, the field, and whether the bad value came from the overrides.
     """
     path = profile_path(name_or_path)
-    raw = yaml.safe_load(path.read_text()) or {}
+    from forge.data.jsonl import NotUTF8Error, decode_utf8
+
+    try:
+        text = decode_utf8(path.read_bytes(), path)
+    except NotUTF8Error as err:
+        raise ConfigError(str(err)) from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        raise ConfigError(f"{path}{at}: not valid YAML: {getattr(err, 'problem', None) or err}") from None
+    if raw is None:
+        raise ConfigError(f"{path}: the profile is empty (expected sections such as base:, sft:, data:)")
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: a profile is a mapping of sections, got {type(raw).__name__}")
     extra = _nested(overrides or {})
@@ -662,6 +676,25 @@ def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
         lines = []
         for e in err.errors():
             where = ".".join(str(p) for p in e["loc"]) or "<root>"
-            origin = " (from overrides)" if _in_overrides(e["loc"], extra) else ""
-            lines.append(f"{path}: {where}{origin}: {_explain(e)}")
+            overridden = _in_overrides(e["loc"], extra)
+            origin = " (from overrides)" if overridden else ""
+            line = "" if overridden else f":{_line_of(node, e['loc'])}"
+            lines.append(f"{path}{line}: {where}{origin}: {_explain(e)}")
         raise ConfigError("\n".join(lines)) from None
+
+
+def _line_of(node: yaml.Node | None, loc: tuple) -> int:
+    """The line (1-based) of the deepest part of ``loc`` the YAML holds: the bad key or value, else its parent."""
+    line = 1
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = next(((k, v) for k, v in node.value if k.value == str(part)), None)
+            if match is None:
+                break
+            line, node = match[0].start_mark.line + 1, match[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line

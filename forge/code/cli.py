@@ -26,13 +26,28 @@ def _main() -> None:
     """Sandbox commands."""
 
 
+def _text(path: Path) -> str:
+    """The file as UTF-8 text, or exit 2 naming the file (missing, a folder), or the line and column of the first
+    byte that is not UTF-8."""
+    from forge.data.jsonl import NotUTF8Error, decode_utf8
+
+    if not path.is_file():
+        typer.echo(f"{path}: {'a folder, not a file' if path.is_dir() else 'no such file'}", err=True)
+        raise typer.Exit(2)
+    try:
+        return decode_utf8(path.read_bytes(), path)
+    except NotUTF8Error as err:
+        typer.echo(str(err), err=True)
+        raise typer.Exit(2) from None
+
+
 @app.command("exec")
 def exec_file(
-    file: Annotated[Path, typer.Argument(help="Source file to run.", exists=True, dir_okay=False)],
+    file: Annotated[Path, typer.Argument(help="Source file to run.")],
     lang: Annotated[str, typer.Option("--lang", help="python or cpp.")] = "python",
     time_limit: Annotated[float, typer.Option("--time-limit", min=0.01, help="Wall-clock seconds.")] = 2.0,
     memory_mb: Annotated[int, typer.Option("--memory-mb", min=16, help="Address-space limit per process.")] = 256,
-    stdin: Annotated[Path | None, typer.Option("--stdin", exists=True, dir_okay=False, help="Standard input.")] = None,
+    stdin: Annotated[Path | None, typer.Option("--stdin", help="A file to give the program as standard input.")] = None,
     max_output_bytes: Annotated[int, typer.Option(help="Cap on stdout and on stderr.")] = 65536,
     allow_weak_isolation: Annotated[bool, typer.Option("--allow-weak-isolation")] = False,
 ) -> None:
@@ -41,13 +56,14 @@ def exec_file(
     if lang not in ("python", "cpp"):
         typer.echo(f"unknown --lang {lang!r}: expected python or cpp", err=True)
         raise typer.Exit(2)
+    source, stdin_text = _text(file), _text(stdin) if stdin else None
     try:
         result = execute(
             lang,  # type: ignore[arg-type]
-            file.read_text(encoding="utf-8"),
+            source,
             time_limit_s=time_limit,
             memory_mb=memory_mb,
-            stdin=stdin.read_text(encoding="utf-8") if stdin else None,
+            stdin=stdin_text,
             max_output_bytes=max_output_bytes,
             allow_weak_isolation=allow_weak_isolation,
         )

@@ -40,20 +40,24 @@ def validate(
         console.print(f"[red]unknown schema {schema!r}[/red]; known schemas: {', '.join(sorted(SCHEMAS))}")
         raise typer.Exit(2)
     if not file.exists():
-        console.print(f"[red]{file}: no such file[/red]")
+        console.print(Text(f"{file}: no such file", style="red"), soft_wrap=True)
         raise typer.Exit(2)
     res = read_jsonl(file, SCHEMAS[schema], quarantine_dir=quarantine)
-    table = Table(title=f"{file} ({schema})")
+    if not res.n_total:
+        console.print(Text(f"{file}: no rows (the file is empty or blank)", style="red"), soft_wrap=True)
+        raise typer.Exit(1)
+    table = Table(title=f"{file.name} ({schema})")
     for col in ("lines", "good", "bad", "bad share"):
         table.add_column(col, justify="right")
     table.add_row(str(res.n_total), str(res.n_good), str(res.n_bad), f"{res.bad_ratio:.2%}")
     console.print(table)
     for b in res.bad[:show]:
-        console.print(Text(str(b), style="yellow"))
+        # One line per problem, never wrapped: `file:line: field: reason` stays greppable.
+        console.print(Text(str(b), style="yellow"), soft_wrap=True)
     if len(res.bad) > show:
         console.print(f"... and {len(res.bad) - show} more problems")
     if res.quarantine_file:
-        console.print(f"bad lines quarantined to {res.quarantine_file}")
+        console.print(f"bad lines quarantined to {res.quarantine_file}", soft_wrap=True)
     raise typer.Exit(1 if res.n_bad else 0)
 
 

@@ -58,7 +58,7 @@ def score(
         console.print(f"[red]unknown suite {suite!r}[/red]; suites: {', '.join(SCORERS)}")
         raise typer.Exit(2)
     if not file.is_file():
-        console.print(f"[red]{file}: no such file[/red]")
+        console.print(Text(f"{file}: no such file", style="red"), soft_wrap=True)
         raise typer.Exit(2)
     rows, summary = score_file(suite, file, time_limit=time_limit)
     for line in summary["bad_lines"][:SHOW_BAD]:
@@ -71,7 +71,7 @@ def score(
         raise typer.Exit(2)
     target = out or default_out(file)
     write_jsonl(target, rows)
-    table = Table(title=f"{file} ({suite})")
+    table = Table(title=f"{file.name} ({suite})")
     for col in ("rows", "correct", "accuracy", "bad lines"):
         table.add_column(col, justify="right")
     table.add_row(str(summary["n"]), str(summary["correct"]), f"{summary['accuracy']:.2%}", str(summary["bad_rows"]))
