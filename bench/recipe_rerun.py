@@ -14,12 +14,10 @@ import os
 import platform
 import shutil
 import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from scratch import FORGE, REPO, forge_env, scratch_checkout
 
 
 def main() -> None:
@@ -27,17 +25,12 @@ def main() -> None:
     parser.add_argument("--profile", default="tiny")
     args = parser.parse_args()
     profile = args.profile if args.profile.endswith(".yaml") else str(REPO / "configs" / f"{args.profile}.yaml")
-    root = Path(tempfile.mkdtemp(prefix="forge-bench-"))
-    (root / "corpora").symlink_to(REPO / "corpora", target_is_directory=True)
-    shutil.copytree(REPO / ".dvc", root / ".dvc", ignore=shutil.ignore_patterns("tmp", "cache", "config.local"))
-    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_", "FORGE_"))}
-    env.update(FORGE_ROOT=str(root), FORGE_HOME=str(root / ".forge"))
-    forge = str(Path(sys.executable).parent / "forge")
+    root = scratch_checkout()
+    env = forge_env(root)
     runs = []
     for attempt in (1, 2):
         started = time.time()
-        subprocess.run([forge, "run", "--profile", profile], env=env, cwd=root, check=True)
+        subprocess.run([FORGE, "run", "--profile", profile], env=env, cwd=root, check=True)
         seconds = time.time() - started
         summary = json.loads((root / ".forge" / "runs" / "latest.json").read_text())
         runs.append(
