@@ -27,7 +27,7 @@ from typing import Any
 
 from forge.atomic import atomic_write_text
 from forge.stages import Checkpoint, StageResult
-from forge.workspace import Workspace
+from forge.workspace import DiskFullError, Workspace, disk_full, disk_full_message
 from registry.tracking import (
     FLOW_RUN_ID_TAG,
     GIT_COMMIT_TAG,
@@ -115,7 +115,14 @@ class RecipeRun:
         self._record(name, state="running", started=started)
         log.info("stage %s: started", name)
         state = task(return_state=True, **inputs)
-        result = state.result()
+        try:
+            result = state.result()
+        except Exception as err:
+            if not disk_full(err):
+                raise
+            ws = Workspace.from_env()
+            self._record(name, state="failed", error=disk_full_message(ws))
+            raise DiskFullError(disk_full_message(ws, f"stage {name}: ")) from err
         cached = state.name == "Cached"
         missing = result.missing() if isinstance(result, StageResult) else []
         if cached and missing:

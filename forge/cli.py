@@ -88,8 +88,17 @@ def run(
     overrides = _overrides(set_ or [])
     load_profile(profile, overrides)  # a bad profile stops here, before any flow starts (main() reports it)
     from flows.recipe import recipe
+    from forge.workspace import DiskFullError, Workspace, disk_full, disk_full_message
 
-    result = recipe(profile=profile, overrides=overrides or None)
+    try:
+        result = recipe(profile=profile, overrides=overrides or None)
+    except Exception as err:
+        if not disk_full(err):
+            raise
+        # The first line a user reads: which disk, how much is left, what to do (the traceback is in the log).
+        console.print(str(err) if isinstance(err, DiskFullError) else disk_full_message(Workspace.from_env()),
+                      style="red", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
     _print_stages(result.stages)
     console.print(
         f"policy {result.policy.ref} · data md5 {result.data.data_md5} · promotion: {result.release.outcome} · "

@@ -652,7 +652,7 @@ def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
     validation; each error names the file, the field, and whether the bad value came from the overrides.
     """
     path = profile_path(name_or_path)
-    from forge.data.jsonl import NotUTF8Error, decode_utf8
+    from forge.text import NotUTF8Error, decode_utf8
 
     try:
         text = decode_utf8(path.read_bytes(), path)

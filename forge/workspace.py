@@ -9,7 +9,9 @@ Call :func:`configure_environment` before importing prefect or mlflow: both read
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,6 +102,39 @@ class Workspace:
         for d in (self.home, self.models, self.quarantine, self.mlflow_dir, self.mlflow_artifacts, self.prefect_home):
             d.mkdir(parents=True, exist_ok=True)
         return self
+
+
+class DiskFullError(RuntimeError):
+    """A stage ran out of disk; the message names the folders and the space left on them."""
+
+
+DISK_FULL_MARKERS = ("No space left on device", "database or disk is full", "Disk quota exceeded")
+
+
+def disk_full(err: BaseException) -> bool:
+    """Whether ``err``, or anything in its chain (SQLAlchemy and MLflow wrap the OSError), says the disk is full."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if any(marker in str(err) for marker in DISK_FULL_MARKERS):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def disk_full_message(ws: Workspace, where: str = "") -> str:
+    """Which of the workspace's folders is out of space, and how much each has left."""
+    parts = []
+    for label, path in (("home", ws.home), ("checkout", ws.root)):
+        try:
+            usage = shutil.disk_usage(path)
+        except OSError:
+            continue
+        parts.append(f"{label} {path}: {usage.free / 2**20:.0f} MB free of {usage.total / 2**20:.0f} MB")
+    return (f"{where}the disk is full ({'; '.join(parts)}). Free space (or point FORGE_HOME at a larger disk) and "
+            "run again: finished stages are kept and the interrupted one starts over.")
 
 
 def configure_environment(ws: Workspace | None = None) -> Workspace:

@@ -113,4 +113,4 @@ def test_a_bad_key_or_value_is_explained(tmp_path, yaml_text, expected):
     path.write_text(yaml_text)
     with pytest.raises(ConfigError) as err:
         load_profile(path)
-    assert f"{path}: " in str(err.value) and expected in str(err.value)
+    assert f"{path}:1: " in str(err.value) and expected in str(err.value)  # file:line: field: reason

@@ -29,7 +29,7 @@ def _main() -> None:
 def _text(path: Path) -> str:
     """The file as UTF-8 text, or exit 2 naming the file (missing, a folder), or the line and column of the first
     byte that is not UTF-8."""
-    from forge.data.jsonl import NotUTF8Error, decode_utf8
+    from forge.text import NotUTF8Error, decode_utf8
 
     if not path.is_file():
         typer.echo(f"{path}: {'a folder, not a file' if path.is_dir() else 'no such file'}", err=True)

@@ -73,21 +73,6 @@ def _open_bytes(path: Path):
     return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
 
 
-class NotUTF8Error(ValueError):
-    """A text file (a profile, a source file) holds bytes that are not UTF-8; the message says where."""
-
-
-def decode_utf8(data: bytes, path: str | os.PathLike) -> str:
-    """``data`` as text (a leading byte-order mark dropped), or :class:`NotUTF8Error` naming ``path``, the line
-    and the column of the first byte that is not UTF-8."""
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        line = data[: err.start].count(b"\n") + 1
-        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
-        raise NotUTF8Error(f"{path}:{line}:{column}: not UTF-8 text (byte 0x{data[err.start]:02x})") from None
-
-
 class _NotUTF8(str):
     """A line whose bytes are not UTF-8, kept as a readable stand-in (undecodable bytes replaced) with the reason."""
 
