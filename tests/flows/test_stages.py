@@ -66,3 +66,31 @@ def test_a_stage_is_cached_on_its_inputs_recorded_and_recomputed_when_its_files_
     # Another input value is another cache key.
     probe(run, data.model_copy(update={"data_md5": "def.dir"}), name)
     assert CALLS == [name, name, name]
+
+
+@cached_task(name="fill-disk", modules=("forge.stages",))
+def fill_disk_task(*, data: DataMix) -> DataFile:
+    """Writes to /dev/full: a real ENOSPC, as a stage on a full disk meets it."""
+    with open("/dev/full", "w") as f:
+        f.write(data.data_md5 * 1000)
+        f.flush()
+    return DataFile(path="/dev/full")
+
+
+@flow(name="disk-full-probe")
+def disk_full_probe(run: RecipeRun, data: DataMix) -> DataFile:
+    return run.stage("fill-disk", fill_disk_task, data=data)
+
+
+def test_a_stage_on_a_full_disk_says_which_disk_and_is_recorded_failed(harness, tmp_path, monkeypatch):
+    from forge.workspace import DiskFullError
+
+    monkeypatch.setenv("FORGE_HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    summary = RunSummary(tmp_path / "runs", "flow-2", "ci", None)
+    run = RecipeRun(StageContext(tags={"forge.profile": "ci"}), summary)
+    with pytest.raises(DiskFullError, match=rf"stage fill-disk: the disk is full \(home {tmp_path / 'home'}: \d+ MB "
+                                            r"free of \d+ MB"):
+        disk_full_probe(run, DataMix(mix_dir=str(tmp_path), data_md5=f"{tmp_path.name}.dir", run_id="r"))
+    record = json.loads((tmp_path / "runs" / "latest.json").read_text())["stages"]["fill-disk"]
+    assert record["state"] == "failed" and "the disk is full" in record["error"]
