@@ -1,0 +1,83 @@
+"""The empirical complexity judge's accuracy per class on Forge's labelled solutions, on a quiet machine and with
+CPU-spinning processes beside it, side by side.
+
+    .venv/bin/python bench/complexity_judge.py [--busy 2] [--rounds 1]
+
+Each labelled solution (``forge/code/problems``: every problem's reference and its labelled alternatives) is timed
+and classified by ``forge.code.complexity.estimate_complexity`` as the reward does it. Reported per true class: n,
+right, wrong (with what they were taken for) and "unknown"; overall accuracy, quiet and loaded. Writes
+bench/results/complexity_judge.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import time
+from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from forge.code.complexity import estimate_complexity
+from forge.code.problems import forge_problems
+from forge.code.runner import default_workers
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def spin() -> None:
+    while True:
+        pass
+
+
+def judge_all(labelled) -> dict:
+    started = time.time()
+    with ThreadPoolExecutor(default_workers()) as pool:
+        verdicts = list(pool.map(lambda ps: estimate_complexity(ps[1].source, ps[0], sizes=ps[1].sizes or None),
+                                 labelled))
+    per_class: dict[str, dict] = defaultdict(lambda: {"n": 0, "right": 0, "unknown": 0, "taken_for": Counter()})
+    for (_, solution), verdict in zip(labelled, verdicts):
+        row = per_class[solution.complexity]
+        row["n"] += 1
+        if verdict.complexity == solution.complexity:
+            row["right"] += 1
+        elif verdict.complexity == "unknown":
+            row["unknown"] += 1
+        else:
+            row["taken_for"][verdict.complexity] += 1
+    right = sum(r["right"] for r in per_class.values())
+    return {"seconds": round(time.time() - started, 1), "accuracy": round(right / len(labelled), 4),
+            "wrong": sum(sum(r["taken_for"].values()) for r in per_class.values()),
+            "per_class": {c: {**r, "taken_for": dict(r["taken_for"])} for c, r in sorted(per_class.items())}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--busy", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args()
+    labelled = [(p, s) for p in forge_problems() for s in p.labelled]
+    runs = []
+    for r in range(args.rounds):
+        quiet = judge_all(labelled)
+        busy = [multiprocessing.Process(target=spin, daemon=True) for _ in range(args.busy)]
+        for p in busy:
+            p.start()
+        try:
+            loaded = judge_all(labelled)
+        finally:
+            for p in busy:
+                p.kill()
+        runs.append({"round": r + 1, "quiet": quiet, "loaded": loaded})
+        print(json.dumps({"round": r + 1, "quiet": quiet["accuracy"], "loaded": loaded["accuracy"]}), flush=True)
+    report = {"benchmark": "complexity_judge", "command": f"python bench/complexity_judge.py --busy {args.busy} "
+              f"--rounds {args.rounds}", "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+              "labelled": len(labelled), "busy_processes": args.busy, "runs": runs}
+    (REPO / "bench" / "results" / "complexity_judge.json").write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
