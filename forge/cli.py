@@ -160,6 +160,9 @@ def status(as_json: bool = typer.Option(False, "--json", help="Print the raw sum
         f"MLflow run {summary.get('mlflow_run_id')}"
     )
     _print_stages(summary["stages"])
+    for name, st in summary["stages"].items():
+        if st.get("error"):  # e.g. a full disk: which one, and what to do
+            console.print(f"{name}: {st['error']}", style="red", markup=False, highlight=False, soft_wrap=True)
 
 
 def _interrupt(signum, frame) -> None:

@@ -5,6 +5,10 @@ a cached result whose files are gone is computed again."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from prefect import flow
@@ -94,3 +98,11 @@ def test_a_stage_on_a_full_disk_says_which_disk_and_is_recorded_failed(harness, 
         disk_full_probe(run, DataMix(mix_dir=str(tmp_path), data_md5=f"{tmp_path.name}.dir", run_id="r"))
     record = json.loads((tmp_path / "runs" / "latest.json").read_text())["stages"]["fill-disk"]
     assert record["state"] == "failed" and "the disk is full" in record["error"]
+
+    # `forge status` shows it: the stage failed, and why.
+    (tmp_path / "home" / "runs").mkdir()
+    (tmp_path / "runs" / "latest.json").replace(tmp_path / "home" / "runs" / "latest.json")
+    shown = subprocess.run([str(Path(sys.executable).parent / "forge"), "status"], capture_output=True, text=True,
+                           env={**os.environ, "FORGE_HOME": str(tmp_path / "home"), "COLUMNS": "200"},
+                           check=False, timeout=120)
+    assert "failed" in shown.stdout and f"fill-disk: the disk is full (home {tmp_path / 'home'}" in shown.stdout
