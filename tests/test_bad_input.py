@@ -64,22 +64,26 @@ def reported(done: subprocess.CompletedProcess, status: int, message: str | None
     return out
 
 
-VALIDATE = {  # input: (exit status, what the message says, good rows in the report)
-    "missing": (2, r"{path}: no such file", None),
-    "empty": (1, r"{path}: no rows", None),
-    "binary": (1, r"{path}:1: <encoding>: not UTF-8: byte 0x89 at column 1", 0),
-    "wrong schema": (1, r"{path}:3: messages: Field required", 2),
-    "CRLF": (0, None, 3),
-    "BOM": (0, None, 3),
-    "truncated last line": (1, r"{path}:4: <json>: ", 3),
-    "50 MB line": (1, r"{path}:4: <json>: Unterminated string starting at \(column 8\)", 3),
+# input: ((exit status, message, good rows in the report) of `forge data validate`,
+#         (exit status, message, rows scored and written) of `forge eval score --suite math`)
+EXPECTED = {
+    "missing": ((2, r"{path}: no such file", None), (2, r"{path}: no such file", None)),
+    "empty": ((1, r"{path}: no rows", None), (2, r"{path}: no row could be scored", None)),
+    "binary": ((1, r"{path}:1: <encoding>: not UTF-8: byte 0x89 at column 1", 0),
+               (2, r"{path}:1: <encoding>: not UTF-8", None)),
+    "wrong schema": ((1, r"{path}:3: messages: Field required", 2), (0, r"{path}:3: prediction: Field required", 2)),
+    "CRLF": ((0, None, 3), (0, None, 3)),
+    "BOM": ((0, None, 3), (0, None, 3)),
+    "truncated last line": ((1, r"{path}:4: <json>: ", 3), (0, r"{path}:4: <json>: ", 3)),
+    "50 MB line": ((1, r"{path}:4: <json>: Unterminated string starting at \(column 8\)", 3),
+                   (0, r"{path}:4: <json>: Unterminated string", 3)),
 }
 
 
-@pytest.mark.parametrize("case", list(VALIDATE))
+@pytest.mark.parametrize("case", list(EXPECTED))
 def test_data_validate(tmp_path, case):
     path = files(tmp_path, ROWS)[case]
-    status, message, good = VALIDATE[case]
+    status, message, good = EXPECTED[case][0]
     done = forge("data", "validate", str(path), "--schema", "chat", "--quarantine", str(tmp_path / "q"))
     out = reported(done, status, message, path)
     if good is not None:  # the report's table: lines │ good │ bad │ share
@@ -87,22 +91,10 @@ def test_data_validate(tmp_path, case):
         assert int(table[2]) == good, out[-2000:]
 
 
-SCORE = {
-    "missing": (2, r"{path}: no such file", None),
-    "empty": (2, r"{path}: no row could be scored", None),
-    "binary": (2, r"{path}:1: <encoding>: not UTF-8", None),
-    "wrong schema": (0, r"{path}:3: prediction: Field required", 2),
-    "CRLF": (0, None, 3),
-    "BOM": (0, None, 3),
-    "truncated last line": (0, r"{path}:4: <json>: ", 3),
-    "50 MB line": (0, r"{path}:4: <json>: Unterminated string", 3),
-}
-
-
-@pytest.mark.parametrize("case", list(SCORE))
+@pytest.mark.parametrize("case", list(EXPECTED))
 def test_eval_score(tmp_path, case):
     path = files(tmp_path, PREDICTIONS)[case]
-    status, message, kept = SCORE[case]
+    status, message, kept = EXPECTED[case][1]
     target = tmp_path / "verdicts.jsonl"
     reported(forge("eval", "score", "--suite", "math", str(path), "--out", str(target)), status, message, path)
     if kept is not None:  # the good rows were scored and written, the bad ones named
