@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import platform
 import time
@@ -21,16 +20,13 @@ from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from load import spinning
+
 from forge.code.complexity import estimate_complexity
 from forge.code.problems import forge_problems
 from forge.code.runner import default_workers
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def spin() -> None:
-    while True:
-        pass
 
 
 def judge_all(labelled) -> dict:
@@ -63,14 +59,8 @@ def main() -> None:
     runs = []
     for r in range(args.rounds):
         quiet = judge_all(labelled)
-        busy = [multiprocessing.Process(target=spin, daemon=True) for _ in range(args.busy)]
-        for p in busy:
-            p.start()
-        try:
+        with spinning(args.busy):
             loaded = judge_all(labelled)
-        finally:
-            for p in busy:
-                p.kill()
         runs.append({"round": r + 1, "quiet": quiet, "loaded": loaded})
         print(json.dumps({"round": r + 1, "quiet": quiet["accuracy"], "loaded": loaded["accuracy"]}), flush=True)
     report = {"benchmark": "complexity_judge", "command": f"python bench/complexity_judge.py --busy {args.busy} "

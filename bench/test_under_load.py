@@ -11,19 +11,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import platform
 import subprocess
 import time
 from pathlib import Path
 
+from load import spinning
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-def spin() -> None:
-    while True:
-        pass
 
 
 def make_test() -> dict:
@@ -41,17 +37,11 @@ def main() -> None:
     parser.add_argument("--quiet-round", action="store_true", help="first one round with nothing beside it")
     args = parser.parse_args()
     quiet = make_test() if args.quiet_round else None
-    busy = [multiprocessing.Process(target=spin, daemon=True) for _ in range(args.busy)]
-    for p in busy:
-        p.start()
     rounds = []
-    try:
+    with spinning(args.busy):
         for i in range(args.rounds):
             rounds.append(make_test())
             print(json.dumps({"round": i + 1, **rounds[-1]}), flush=True)
-    finally:
-        for p in busy:
-            p.kill()
     report = {"benchmark": "test_under_load", "command": f"python bench/test_under_load.py --rounds {args.rounds} "
               f"--busy {args.busy}" + (" --quiet-round" if args.quiet_round else ""),
               "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},

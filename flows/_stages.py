@@ -120,9 +120,9 @@ class RecipeRun:
         except Exception as err:
             if not disk_full(err):
                 raise
-            ws = Workspace.from_env()
-            self._record(name, state="failed", error=disk_full_message(ws))
-            raise DiskFullError(disk_full_message(ws, f"stage {name}: ")) from err
+            message = disk_full_message(Workspace.from_env())
+            self._record(name, state="failed", error=message)
+            raise DiskFullError(f"stage {name}: {message}") from err
         cached = state.name == "Cached"
         missing = result.missing() if isinstance(result, StageResult) else []
         if cached and missing:

@@ -658,13 +658,16 @@ def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
         text = decode_utf8(path.read_bytes(), path)
     except NotUTF8Error as err:
         raise ConfigError(str(err)) from None
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        raw = yaml.safe_load(text)
+    loader = yaml.SafeLoader(text)
+    try:  # one parse: the node tree (for line numbers) and the data built from it, as yaml.safe_load does
+        node = loader.get_single_node()
+        raw = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         raise ConfigError(f"{path}{at}: not valid YAML: {getattr(err, 'problem', None) or err}") from None
+    finally:
+        loader.dispose()
     if raw is None:
         raise ConfigError(f"{path}: the profile is empty (expected sections such as base:, sft:, data:)")
     if not isinstance(raw, dict):

@@ -124,7 +124,7 @@ def disk_full(err: BaseException) -> bool:
     return False
 
 
-def disk_full_message(ws: Workspace, where: str = "") -> str:
+def disk_full_message(ws: Workspace) -> str:
     """Which of the workspace's folders is out of space, and how much each has left."""
     parts = []
     for label, path in (("home", ws.home), ("checkout", ws.root)):
@@ -133,7 +133,7 @@ def disk_full_message(ws: Workspace, where: str = "") -> str:
         except OSError:
             continue
         parts.append(f"{label} {path}: {usage.free / 2**20:.0f} MB free of {usage.total / 2**20:.0f} MB")
-    return (f"{where}the disk is full ({'; '.join(parts)}). Free space (or point FORGE_HOME at a larger disk) and "
+    return (f"the disk is full ({'; '.join(parts)}). Free space (or point FORGE_HOME at a larger disk) and "
             "run again: finished stages are kept and the interrupted one starts over.")
 
 

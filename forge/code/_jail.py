@@ -63,21 +63,21 @@ class IsolationReport:
 # Runs in a throwaway process: new mount + network namespaces (as root), or, not root, a new user namespace owning
 # them (our uid is its root, mapped to nothing else); hide directories behind empty tmpfs, bind back what the child
 # needs, say "ready", then wait for the parent to have opened /proc/<pid>/ns/*.
-_USERNS = r"""
+_PRELUDE = r"""
+import ctypes, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
+def check(rc, what):
+    if rc != 0:
+        e = ctypes.get_errno(); raise OSError(e, f"{what}: {os.strerror(e)}")
 def enter_user_namespace(flags, uid, gid):
     check(libc.unshare(0x10000000 | flags), "unshare(CLONE_NEWUSER)")
     for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
         with open(f"/proc/self/{name}", "w") as f:
             f.write(text)
 """
-_HOLDER = r"""
-import ctypes, json, os, sys
+_HOLDER = _PRELUDE + r"""
 cfg = json.loads(sys.argv[1])
-libc = ctypes.CDLL(None, use_errno=True)
-def check(rc, what):
-    if rc != 0:
-        e = ctypes.get_errno(); raise OSError(e, f"{what}: {os.strerror(e)}")
-""" + _USERNS + r"""
 if cfg["userns"]:
     enter_user_namespace(0x00020000 | 0x40000000, *cfg["userns"])
 else:
@@ -86,7 +86,6 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 
 # Flags a user namespace may not clear on a mount it inherited: a read-only remount repeats them (statvfs -> mount).
 LOCKED = {1: 1, 2: 2, 4: 4, 8: 8, 1024: 1024, 2048: 2048, 4096: 1 << 21}
 mount = libc.mount
-mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
 check(mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
 keep = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in cfg["keep_ro"] + cfg["keep_rw"]}
 locked = {p: sum(m for st, m in LOCKED.items() if os.statvfs(p).f_flag & st) for p in keep}
@@ -107,14 +106,7 @@ sys.stdin.read()
 """
 
 # Does this host let a child make its own PID namespace and mount a /proc in it (not root: in a user namespace)?
-_PIDNS_PROBE = r"""
-import ctypes, json, os, sys
-libc = ctypes.CDLL(None, use_errno=True)
-libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
-def check(rc, what):
-    if rc != 0:
-        e = ctypes.get_errno(); raise OSError(e, f"{what}: {os.strerror(e)}")
-""" + _USERNS + r"""
+_PIDNS_PROBE = _PRELUDE + r"""
 userns = json.loads(sys.argv[1])
 if userns:
     enter_user_namespace(0, *userns)
@@ -294,19 +286,18 @@ def _isolate() -> Jail:
     userns = None if root else [os.geteuid(), os.getegid()]
     cfg = {"keep_ro": keep_ro, "keep_rw": [str(scratch_base)], "hide": _hidden_dirs(keep_ro), "userns": userns}
     if not root:
+        def weak(why: str) -> Jail:
+            notes.append(f"not root and {why}: the child runs as our own uid, without namespaces or cgroups")
+            return Jail(IsolationReport(False, True, False, False, notes=notes), scratch_base=scratch_base)
+
         try:
             net_fd, mnt_fd, user_fd = _hold_namespaces(cfg)
         except OSError as err:
-            notes.append(f"not root and no user namespace ({err}): the child runs as our own uid, without "
-                         "namespaces or cgroups")
-            return Jail(IsolationReport(False, True, False, False, notes=notes), scratch_base=scratch_base)
+            return weak(f"no user namespace ({err})")
         if not _probe_pidns(userns):
-            with contextlib.suppress(OSError):
-                for fd in (net_fd, mnt_fd, user_fd):
-                    os.close(fd)
-            notes.append("not root: a user namespace but no PID namespace in it, so nothing would bound a run's "
-                         "processes; the child runs as our own uid, without namespaces")
-            return Jail(IsolationReport(False, True, False, False, notes=notes), scratch_base=scratch_base)
+            for fd in (net_fd, mnt_fd, user_fd):
+                os.close(fd)
+            return weak("no PID namespace inside the user namespace, so nothing would bound a run's processes")
         notes.append("not root: user + PID + mount + network namespaces of our own; each run is uid 65534 of its own "
                      "user namespace with no capability, its processes bounded by RLIMIT_NPROC (no cgroup)")
         notes.append(f"hidden: {', '.join(cfg['hide'])}; read-only: {', '.join(keep_ro)}")

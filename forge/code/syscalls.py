@@ -15,10 +15,7 @@ in its scratch directory) is allowed.
 from __future__ import annotations
 
 import errno
-import logging
 import tempfile
-
-log = logging.getLogger(__name__)
 
 DENIED = (
     "ptrace", "process_vm_readv", "process_vm_writev", "kcmp",
