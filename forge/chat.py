@@ -50,7 +50,6 @@ OpenAI-compatible servers return them) and :func:`parse_assistant_text` reads it
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -216,16 +215,11 @@ def count_chat_tokens(tokenizer: PreTrainedTokenizerBase, sample: ChatSample) ->
 
 # --- what the assistant writes --------------------------------------------------------------------------------------
 
-_TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
-# A call block together with the whitespace that separates it from the text before it.
-_TOOL_CALL_BLOCK = re.compile(r"\s*<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+_OPEN, _CLOSE = "<tool_call>", "</tool_call>"
+_JSON = json.JSONDecoder()
 
 
-def _parse_call(body: str) -> ToolCall | None:
-    try:
-        obj = json.loads(body)
-    except json.JSONDecodeError:
-        return None
+def _call_from(obj: Any) -> ToolCall | None:
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
         return None
     args = obj.get("arguments", {})
@@ -239,6 +233,32 @@ def _parse_call(body: str) -> ToolCall | None:
     return ToolCall(name=obj["name"], arguments=args)
 
 
+def _call_blocks(text: str) -> list[tuple[int, int, ToolCall]]:
+    """The well-formed ``<tool_call>`` blocks of ``text`` as ``(start, end, call)``, in order.
+
+    A block's body is read as one JSON value (not up to the next ``</tool_call>``), so an argument that
+    itself holds ``</tool_call>`` or ``</think>`` stays inside its call; the block ends at the first
+    ``</tool_call>`` after that value. An opener whose body is not a call is skipped and the scan goes on
+    from just after it.
+    """
+    blocks = []
+    at = text.find(_OPEN)
+    while at != -1:
+        body = len(text) - len(text[at + len(_OPEN) :].lstrip())
+        try:
+            obj, after = _JSON.raw_decode(text, body)
+        except json.JSONDecodeError:
+            obj, after = None, body
+        close = len(text) - len(text[after:].lstrip())
+        call = _call_from(obj)
+        if call is not None and text.startswith(_CLOSE, close):
+            blocks.append((at, close + len(_CLOSE), call))
+            at = text.find(_OPEN, close + len(_CLOSE))
+        else:
+            at = text.find(_OPEN, at + len(_OPEN))
+    return blocks
+
+
 def parse_tool_calls(text: str) -> list[ToolCall]:
     """Extract the tool calls from generated assistant text, in order.
 
@@ -247,7 +267,7 @@ def parse_tool_calls(text: str) -> list[ToolCall]:
     are skipped, since generated text is untrusted and a reward or an agent loop should see "no valid call"
     rather than crash.
     """
-    return [call for body in _TOOL_CALL.findall(text) if (call := _parse_call(body)) is not None]
+    return [call for _, _, call in _call_blocks(text)]
 
 
 class AssistantParts(NamedTuple):
@@ -262,8 +282,9 @@ def parse_assistant_text(text: str, tool_names: Collection[str] | None = None) -
     """Split generated assistant text into (content, reasoning, tool calls); the inverse of
     :func:`format_assistant_text`.
 
-    - reasoning: the text before the first ``</think>``, without its opening ``<think>`` (a model whose prompt
-      opened the block writes none), stripped; None when there is no ``</think>`` or nothing before it;
+    - reasoning: the text before the first ``</think>`` that is not inside a well-formed call (an argument may
+      hold the tag), without its opening ``<think>`` (a model whose prompt opened the block writes none),
+      stripped; None when there is no such ``</think>`` or nothing before it;
     - tool calls: the ``<tool_call>`` blocks after it that hold a well-formed call (see :func:`parse_tool_calls`)
       and, when ``tool_names`` is given, name one of those tools;
     - content: the rest, stripped. A block that is not taken as a call (malformed, or an unknown tool) stays in
@@ -271,21 +292,25 @@ def parse_assistant_text(text: str, tool_names: Collection[str] | None = None) -
 
     Never raises: generated text is untrusted.
     """
-    reasoning = None
-    head, closed, rest = text.partition("</think>")
-    if closed:
-        reasoning = head.strip().removeprefix("<think>").strip() or None
-        text = rest
+    blocks = _call_blocks(text)
+    reasoning, think_end = None, 0
+    at = text.find("</think>")
+    while at != -1:
+        inside = next((end for start, end, _ in blocks if start < at < end), None)
+        if inside is None:
+            reasoning = text[:at].strip().removeprefix("<think>").strip() or None
+            think_end = at + len("</think>")
+            break
+        at = text.find("</think>", inside)
     calls: list[ToolCall] = []
     kept: list[str] = []
-    last = 0
-    for match in _TOOL_CALL_BLOCK.finditer(text):
-        call = _parse_call(match.group(1))
-        if call is None or (tool_names is not None and call.name not in tool_names):
+    last = think_end
+    for start, end, call in blocks:
+        if start < think_end or (tool_names is not None and call.name not in tool_names):
             continue
         calls.append(call)
-        kept.append(text[last : match.start()])
-        last = match.end()
+        kept.append(text[last:start].rstrip())
+        last = end
     kept.append(text[last:])
     return AssistantParts("".join(kept).strip(), reasoning, calls)
 

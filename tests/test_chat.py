@@ -185,6 +185,20 @@ def test_parser_skips_malformed_calls_and_keeps_their_text():
     assert parse_assistant_text(text, tool_names=()).tool_calls == []
 
 
+def test_parser_keeps_tags_inside_call_arguments():
+    # Found by tests/data/test_fuzz.py: an argument holding a closing tag ended the block (or the reasoning) there.
+    calls = [ToolCall(name="write", arguments={"text": "</think>"}),
+             ToolCall(name="write", arguments={"text": "a</tool_call>b<tool_call>"})]
+    for reasoning in (None, "plan"):
+        text = format_assistant_text("0", reasoning, calls)
+        assert parse_assistant_text(text) == AssistantParts("0", reasoning, calls)
+        assert parse_tool_calls(text) == calls
+    # A </think> after a call's closing tag is still where the reasoning ends.
+    drafted = '<tool_call>{"name": "f", "arguments": {}}</tool_call> no, later</think>Now.'
+    assert parse_assistant_text(drafted) == AssistantParts(
+        "Now.", '<tool_call>{"name": "f", "arguments": {}}</tool_call> no, later', [])
+
+
 def test_parser_reads_reasoning_whose_opening_tag_was_in_the_prompt():
     assert parse_assistant_text("step one\n</think>\n\nAnswer.") == AssistantParts("Answer.", "step one", [])
     assert parse_assistant_text("<think>\n\n</think>\n\nAnswer.") == AssistantParts("Answer.", None, [])

@@ -14,7 +14,10 @@ from forge.chat import format_assistant_text, parse_assistant_text
 from forge.data.jsonl import read_jsonl
 from forge.data.schemas import ChatSample, Message, ToolCall
 
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# Derandomized: the same 150 cases each run, so CI cannot fail by a draw; the tags below are among them.
+FUZZ = settings(max_examples=150, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.function_scoped_fixture])
+TAGS = ["<tool_call>", "</tool_call>", "<think>", "</think>"]
 
 texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40)
 rows = st.builds(
@@ -22,6 +25,7 @@ rows = st.builds(
         Message(role="user", content=q), Message(role="assistant", content=a)]),
     texts, texts.filter(str.strip), st.sampled_from(["code", "stem", "general", "tool_use", "deep_search"]),
 )
+BOM = b"\xef\xbb\xbf"
 garbage = st.binary(max_size=60).map(lambda b: b.replace(b"\n", b" "))  # one line of anything
 
 
@@ -36,14 +40,17 @@ def test_jsonl_reader_keeps_every_good_row_and_names_every_bad_line(tmp_path, li
     encoded = [json.dumps(x.model_dump(mode="json"), ensure_ascii=False).encode() if isinstance(x, ChatSample)
                else x for x in lines]
     end = b"\r\n" if crlf else b"\n"
-    data = (b"\xef\xbb\xbf" if bom else b"") + end.join(encoded) + (end if final_newline and encoded else b"")
+    data = (BOM if bom else b"") + end.join(encoded) + (end if final_newline and encoded else b"")
     path = tmp_path / "fuzz.jsonl"
     path.write_bytes(data)
 
     result = read_jsonl(path, ChatSample)  # never raises: max_bad_ratio defaults to 1
 
     good = [(i, x) for i, x in enumerate(lines, start=1) if isinstance(x, ChatSample)]
-    bad = {i for i, x in enumerate(lines, start=1) if not isinstance(x, ChatSample) and not _blank(x)}
+    # A file that starts with a byte-order mark has it read as one, whether we wrote it or a garbage line began so.
+    first_bom = not bom and bool(lines) and isinstance(lines[0], bytes) and lines[0].startswith(BOM)
+    bad = {i for i, x in enumerate(lines, start=1)
+           if not isinstance(x, ChatSample) and not _blank(x[len(BOM):] if i == 1 and first_bom else x)}
     assert result.rows == [x for _, x in good]
     assert result.line_nos == [i for i, _ in good]
     assert {b.line_no for b in result.bad} == bad
@@ -53,7 +60,7 @@ def test_jsonl_reader_keeps_every_good_row_and_names_every_bad_line(tmp_path, li
 
 @FUZZ
 @given(text=st.text(max_size=300) | st.sampled_from([
-    "<tool_call>", "</tool_call>", "<think>", "</think>", '<tool_call>{"name": 1}</tool_call>',
+    *TAGS, '<tool_call>{"name": 1}</tool_call>',
     '<tool_call>{"name": "f", "arguments": "not json"}</tool_call>', "<tool_call>\n[]\n</tool_call>"]).flatmap(
     lambda tag: st.text(max_size=80).map(lambda t: t + tag + t)))
 def test_assistant_text_parser_never_raises(text):
@@ -63,7 +70,7 @@ def test_assistant_text_parser_never_raises(text):
 
 
 plain = st.text(alphabet=string.ascii_letters + string.digits + " .,?!'\n", min_size=1, max_size=60).map(str.strip)
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=10),
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=10) | st.sampled_from(TAGS),
                            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
                                                                                        max_size=3), max_leaves=6)
 calls = st.builds(ToolCall, name=st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True),
