@@ -8,7 +8,7 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from flows._stages import RecipeRun
-from forge.config import RecipeConfig, load_profile
+from forge.config import ProfileName, RecipeConfig, load_profile
 from forge.evals.suites import MODEL_SUITES
 from forge.stages import Checkpoint, EvalReport
 from tasks.evals import code_suite_task, eval_report_task, eval_suite_task, humaneval_task
@@ -49,7 +49,7 @@ def registered(model_name: str, version: str) -> Checkpoint:
 
 
 @flow(name="evaluate-registered")
-def evaluate_registered(profile: str = "tiny", model_name: str = "forge-policy", alias: str = "candidate",
+def evaluate_registered(profile: ProfileName = "tiny", model_name: str = "forge-policy", alias: str = "candidate",
                         gate: bool = True) -> list[EvalReport]:
     """Evaluate ``models:/<model_name>@<alias>`` on the whole matrix (the judge: the latest ``forge-rm-pairwise``),
     then, when ``gate``, let the profile's promotion gate decide on it (registry/promotion.py)."""

@@ -22,7 +22,7 @@ from flows.data import data_flow
 from flows.evaluate import evaluate_flow
 from flows.rl import rl_flow
 from flows.sft import sft_flow
-from forge.config import load_profile
+from forge.config import ProfileName, load_profile
 from forge.stages import Checkpoint, DataMix, Release
 from forge.workspace import Workspace
 from registry.tracking import init_mlflow, log_config
@@ -45,7 +45,7 @@ class RecipeResult(BaseModel):
 
 
 @flow(name="recipe")
-def recipe(profile: str = "tiny", overrides: dict[str, Any] | None = None) -> RecipeResult:
+def recipe(profile: ProfileName = "tiny", overrides: dict[str, Any] | None = None) -> RecipeResult:
     """Run every stage of the recipe for ``profile`` (``configs/<profile>.yaml`` or a YAML path), with
     ``overrides`` (e.g. ``{"pointwise_rl.grpo.beta": 0.1}``) validated against it."""
     cfg = load_profile(profile, overrides)

@@ -14,10 +14,10 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, field_validator, model_validator
 
 DOMAINS = ("code", "deep_search", "stem", "tool_use", "general")
 CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -580,13 +580,26 @@ class ConfigError(ValueError):
     """A profile that does not validate; the message names the file and each bad field."""
 
 
+def profile_names() -> list[str]:
+    """The profiles that ship in ``configs/``, by name."""
+    return sorted(p.stem for p in CONFIGS_DIR.glob("*.yaml"))
+
+
+# A flow parameter naming a profile: the Prefect run form shows a choice of the shipped profiles (and a deployment
+# refuses any other value); called in-process (``forge run --profile path.yaml``), a YAML path is accepted too.
+ProfileName = Annotated[str, WithJsonSchema({
+    "type": "string", "title": "profile", "enum": profile_names(),
+    "description": "A profile in configs/ (the tiny one runs on a CPU; overrides go in the next field).",
+})]
+
+
 def profile_path(name_or_path: str | Path) -> Path:
     """``configs/<name>.yaml`` for a profile name, or the YAML path itself; a clear error when neither exists."""
     path = Path(name_or_path)
     if path.suffix not in (".yaml", ".yml"):
         path = CONFIGS_DIR / f"{name_or_path}.yaml"
     if not path.exists():
-        known = ", ".join(sorted(p.stem for p in CONFIGS_DIR.glob("*.yaml")))
+        known = ", ".join(profile_names())
         raise ConfigError(f"{path}: no such profile (known: {known})")
     return path
 

@@ -41,9 +41,25 @@ def test_recipe_parameters_are_a_profile_and_its_overrides():
     # whole RecipeConfig that could silently replace the profile).
     from flows.recipe import recipe
 
+    from prefect.utilities.schema_tools import ValidationError, validate
+
+    from forge.config import ConfigError, load_profile, profile_names
+
     schema = recipe.parameters.model_dump()
-    assert set(schema["properties"]) == {"profile", "overrides"}
-    assert schema["properties"]["profile"]["default"] == "tiny"
+    assert set(schema["properties"]) == {"profile", "overrides"} and not schema["definitions"]
+    profile = schema["properties"]["profile"]
+    assert profile["default"] == "tiny" and profile["enum"] == profile_names() == ["nanbeige-4.1-3b", "tiny"]
+    # What a deployment checks before it creates a run: a profile that is not shipped is refused.
+    validate({"profile": "tiny", "overrides": {"sft.packing": False}}, schema, raise_on_error=True)
+    with pytest.raises(ValidationError, match="profile"):
+        validate({"profile": "tiny.yaml"}, schema, raise_on_error=True)
+    # Choosing nothing but a profile runs that profile, and no GPU-profile value reaches a tiny run.
+    tiny = load_profile(profile["default"])
+    assert tiny.profile == "tiny" and tiny.base.source == "build"
+    assert max(stage.max_length for stage in tiny.sft.curriculum) <= 1024
+    # An override is validated against the profile, and the error says it came from the overrides.
+    with pytest.raises(ConfigError, match=r"sft\.packing \(from overrides\)"):
+        load_profile("tiny", {"sft.packing": "sometimes"})
 
 
 def _free_port() -> int:
