@@ -25,12 +25,21 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from flows.links import (
+    flow_run_url,
+    logs_to_flow_run,
+    mlflow_run_url,
+    recipe_run_name,
+    stage_artifact,
+    tag_flow_run,
+)
 from forge.atomic import atomic_write_text
-from forge.stages import Checkpoint, StageResult
+from forge.stages import Checkpoint, DataMix, Release, StageResult
 from forge.workspace import DiskFullError, Workspace, disk_full, disk_full_message
 from registry.tracking import (
     FLOW_RUN_ID_TAG,
     GIT_COMMIT_TAG,
+    PREFECT_URL_TAG,
     PROFILE_TAG,
     STAGE_TAG,
     StageContext,
@@ -67,6 +76,11 @@ class RunSummary:
         self.data["stages"].setdefault(name, {}).update(fields)
         self.save()
 
+    def note(self, **fields: Any) -> None:
+        """Run-level facts as they become known (name, links, data md5, promotion outcome)."""
+        self.data.update(fields)
+        self.save()
+
     def finish(self, state: str) -> None:
         self.data.update(state=state, finished=time.time())
         self.save()
@@ -88,15 +102,32 @@ class RecipeRun:
     @contextmanager
     def start(cls, *, profile: str, flow_run_id: str, workspace: Workspace) -> Iterator[RecipeRun]:
         """The recipe's own MLflow run (every stage run nests under it) and its summary, finished either way."""
-        lineage = {GIT_COMMIT_TAG: git_commit(workspace.root), FLOW_RUN_ID_TAG: flow_run_id, PROFILE_TAG: profile}
-        with start_stage_run("recipe", tags=lineage) as mlflow_run:
+        url = flow_run_url(flow_run_id)
+        lineage = {GIT_COMMIT_TAG: git_commit(workspace.root), FLOW_RUN_ID_TAG: flow_run_id, PREFECT_URL_TAG: url,
+                   PROFILE_TAG: profile}
+        name = recipe_run_name(profile, flow_run_id)
+        tag_flow_run(flow_run_id, f"profile:{profile}")
+        with (logs_to_flow_run(flow_run_id),
+              start_stage_run(name, tags={**lineage, STAGE_TAG: "recipe",
+                                          "mlflow.note.content": f"Prefect run [{name}]({url})"}) as mlflow_run):
+            log.info("recipe %s: MLflow run %s", name, mlflow_run_url(mlflow_run.info.run_id))
             summary = RunSummary(workspace.home / "runs", flow_run_id, profile, mlflow_run.info.run_id)
+            summary.note(name=name, prefect_url=url, mlflow_url=mlflow_run_url(mlflow_run.info.run_id))
             try:
                 yield cls(StageContext(parent_run_id=mlflow_run.info.run_id, tags=lineage), summary)
             except BaseException:
                 summary.finish("failed")
                 raise
             summary.finish("completed")
+
+    def record_data(self, data: DataMix) -> None:
+        """The data version the run trains on: a tag on the Prefect run and a field of the summary."""
+        tag_flow_run(self.ctx.tags[FLOW_RUN_ID_TAG], f"data:{data.data_md5[:8]}")
+        self.summary.note(data_md5=data.data_md5)
+
+    def record_release(self, release: Release) -> None:
+        self.summary.note(promotion={"outcome": release.outcome, "model": release.model_name,
+                                     "version": release.version, "reasons": release.reasons})
 
     @contextmanager
     def phase(self, name: str, tags: dict[str, str] | None = None) -> Iterator[RecipeRun]:
@@ -136,6 +167,8 @@ class RecipeRun:
         if isinstance(result, Checkpoint) and result.version:
             fields["version"] = result.version
         self._record(name, **fields)
+        stage_artifact(self.ctx.tags[FLOW_RUN_ID_TAG], state.state_details.task_run_id, name, fields,
+                       model_name=result.model_name if isinstance(result, Checkpoint) else None)
         return result
 
     def _record(self, name: str, **fields: Any) -> None:

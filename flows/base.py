@@ -5,13 +5,14 @@ from __future__ import annotations
 from prefect import flow
 
 from flows._stages import RecipeRun
+from flows.links import name_phase_run
 from forge.config import RecipeConfig
 from forge.stages import Base
 from tasks.data import digest_corpora
 from tasks.training import pretrain_task, train_tokenizer_task
 
 
-@flow(name="base-model")
+@flow(name="base-model", flow_run_name=name_phase_run)
 def base_flow(config: RecipeConfig, run: RecipeRun) -> Base:
     if config.base.source == "hub":
         # The full profile starts from Nanbeige4-3B-Base (§2.1.1): nothing to train, the hub id is the base.

@@ -7,6 +7,7 @@ from __future__ import annotations
 from prefect import flow
 
 from flows._stages import RecipeRun
+from flows.links import name_phase_run
 from flows.search import synthesize_search
 from forge.config import RecipeConfig
 from forge.stages import Base, DataMix
@@ -15,7 +16,7 @@ from tasks.data import build_mix_task, build_pools_task, digest_corpora, version
 from tasks.refinement import cot_reconstruction_task, refined_mix_task, solution_refinement_task
 
 
-@flow(name="data")
+@flow(name="data", flow_run_name=name_phase_run)
 def data_flow(config: RecipeConfig, run: RecipeRun, *, base: Base) -> DataMix:
     pools = run.stage("pools", build_pools_task, cfg=config.pools, corpora=digest_corpora())
     if config.deep_search.enabled:  # §2.2.1: graph-walk QAs and agent trajectories join deep_search / tool_use

@@ -4,19 +4,23 @@ Also deployable on its own (infra/prefect.yaml ``evaluate-candidate``): evaluate
 
 from __future__ import annotations
 
+import logging
+
 from prefect import flow
 from prefect.runtime import flow_run
 
 from flows._stages import RecipeRun
+from flows.links import logs_to_flow_run, name_phase_run
 from forge.config import ProfileName, RecipeConfig, load_profile
 from forge.evals.suites import MODEL_SUITES
 from forge.stages import Checkpoint, EvalReport
 from tasks.evals import code_suite_task, eval_report_task, eval_suite_task, humaneval_task
 
 JUDGE_MODEL = "forge-rm-pairwise"
+log = logging.getLogger("forge")
 
 
-@flow(name="evaluate")
+@flow(name="evaluate", flow_run_name=name_phase_run)
 def evaluate_flow(config: RecipeConfig, run: RecipeRun, *, model: Checkpoint, judge: Checkpoint) -> list[EvalReport]:
     """Every suite on ``model``; ``judge`` (the pair-wise RM) decides the alignment suite's pairs."""
     reports = [
@@ -70,8 +74,10 @@ def evaluate_registered(profile: ProfileName = "tiny", model_name: str = "forge-
     judge = registered(JUDGE_MODEL, str(max(int(v.version) for v in judges)))
     cfg = load_profile(profile)
     run = RecipeRun(StageContext(tags={FLOW_RUN_ID_TAG: str(flow_run.id), PROFILE_TAG: profile}))
-    reports = evaluate_flow(cfg, run, model=registered(model_name, version), judge=judge)
-    if gate:
-        decision = promote(MlflowClient(), model_name, cfg.promotion, version=version)
-        print(f"{model_name}/{version}: {'promoted' if decision.promote else 'refused'}: {'; '.join(decision.reasons)}")
+    with logs_to_flow_run(str(flow_run.id)):
+        reports = evaluate_flow(cfg, run, model=registered(model_name, version), judge=judge)
+        if gate:
+            decision = promote(MlflowClient(), model_name, cfg.promotion, version=version)
+            log.info("%s/%s: %s: %s", model_name, version, "promoted" if decision.promote else "refused",
+                     "; ".join(decision.reasons))
     return reports

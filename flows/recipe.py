@@ -20,6 +20,7 @@ from flows._stages import RecipeRun
 from flows.base import base_flow
 from flows.data import data_flow
 from flows.evaluate import evaluate_flow
+from flows.links import name_recipe_run
 from flows.rl import rl_flow
 from flows.sft import sft_flow
 from forge.config import ProfileName, load_profile
@@ -44,7 +45,7 @@ class RecipeResult(BaseModel):
     stages: dict[str, dict[str, Any]]
 
 
-@flow(name="recipe")
+@flow(name="recipe", flow_run_name=name_recipe_run)
 def recipe(profile: ProfileName = "tiny", overrides: dict[str, Any] | None = None) -> RecipeResult:
     """Run every stage of the recipe for ``profile`` (``configs/<profile>.yaml`` or a YAML path), with
     ``overrides`` (e.g. ``{"pointwise_rl.grpo.beta": 0.1}``) validated against it."""
@@ -56,10 +57,12 @@ def recipe(profile: ProfileName = "tiny", overrides: dict[str, Any] | None = Non
         log_config(cfg)
         base = base_flow(cfg, run)                                            # stage 0: base model
         data = data_flow(cfg, run, base=base)                                 # deep-search data, SFT mix, §2.1.1
+        run.record_data(data)
         sft = sft_flow(cfg, run, base=base, data=data)                        # §2.1.1 SFT curriculum
         policy, judge = rl_flow(cfg, run, base=base, sft=sft, data=data)      # §2.1.2–2.4 RL stages
         evaluate_flow(cfg, run, model=policy, judge=judge)                    # §3 evaluation matrix
         release = run.stage("promote", promote_task, candidate=policy, policy=cfg.promotion)
+        run.record_release(release)
     return RecipeResult(flow_run_id=str(flow_run.id), mlflow_run_id=run.ctx.parent_run_id, profile=cfg.profile,
                         policy=policy, data=data, release=release, seconds=round(time.time() - started, 1),
                         stages=run.summary.data["stages"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 from prefect import flow
 
 from flows._stages import RecipeRun
+from flows.links import name_phase_run
 from forge.config import RecipeConfig
 from forge.stages import Base, Checkpoint, DataMix, RewardModel
 from registry.tracking import DATA_MD5_TAG
@@ -20,7 +21,7 @@ from tasks.code import code_grpo_task, code_rl_filter_task, code_warmup_task
 from tasks.rl import grpo_task, rm_pairwise_task, rm_pointwise_task
 
 
-@flow(name="rl")
+@flow(name="rl", flow_run_name=name_phase_run)
 def rl_flow(config: RecipeConfig, run: RecipeRun, *, base: Base, sft: Checkpoint, data: DataMix
             ) -> tuple[Checkpoint, RewardModel]:
     """The last policy, and the pair-wise RM (the evaluation's alignment judge)."""

@@ -6,13 +6,14 @@ from __future__ import annotations
 from prefect import flow
 
 from flows._stages import RecipeRun
+from flows.links import name_phase_run
 from forge.config import DeepSearchConfig
 from forge.stages import Pools
 from tasks.data import digest_corpora
 from tasks.search import merge_search_task, review_digest_task, synthesize_shard_task
 
 
-@flow(name="synthesize-search")
+@flow(name="synthesize-search", flow_run_name=name_phase_run)
 def synthesize_search(config: DeepSearchConfig, run: RecipeRun, *, pools: Pools) -> Pools:
     corpora = digest_corpora()
     shards = [run.stage(f"search-shard-{i + 1}-of-{config.num_shards}", synthesize_shard_task, cfg=config, shard=i,

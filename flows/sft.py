@@ -6,13 +6,14 @@ from __future__ import annotations
 from prefect import flow
 
 from flows._stages import RecipeRun
+from flows.links import name_phase_run
 from forge.config import RecipeConfig
 from forge.stages import Base, Checkpoint, DataMix
 from registry.tracking import DATA_MD5_TAG
 from tasks.training import register_policy_task, sft_stage_task
 
 
-@flow(name="sft")
+@flow(name="sft", flow_run_name=name_phase_run)
 def sft_flow(config: RecipeConfig, run: RecipeRun, *, base: Base, data: DataMix) -> Checkpoint:
     with run.phase("sft", {DATA_MD5_TAG: data.data_md5}) as sft:
         checkpoint: Checkpoint = base

@@ -22,10 +22,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
@@ -36,7 +39,7 @@ from forge.data.cli import app as data_app
 from forge.evals.cli import app as eval_app
 from forge.review.cli import app as review_app
 from forge.search.cli import synth_app, tools_app
-from forge.workspace import configure_environment
+from forge.workspace import MLFLOW_UI_PORT, PREFECT_UI_PORT, configure_environment
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Forge: the Nanbeige4.1 post-training recipe.")
 app.add_typer(data_app, name="data", help="Validate and inspect datasets.")
@@ -138,27 +141,88 @@ def _alive(pid: int) -> bool:
     return True
 
 
-@app.command()
-def status(as_json: bool = typer.Option(False, "--json", help="Print the raw summary.")) -> None:
-    """Stages of the latest recipe run."""
-    ws = configure_environment()
-    path = ws.home / "runs" / "latest.json"
-    if not path.exists():
-        console.print(f"no recipe run yet under {ws.home} (run `forge run`)")
-        raise typer.Exit(1)
+def _load_run(path: Path) -> dict:
+    """A run summary, with a run whose process is gone (killed) marked crashed, and its stages with it."""
     summary = json.loads(path.read_text())
     if summary["state"] == "running" and not _alive(summary["pid"]):
         summary["state"] = "crashed"
+        summary["finished"] = path.stat().st_mtime  # its last record
         for st in summary["stages"].values():
             if st.get("state") == "running":
                 st["state"] = "crashed"
+    return summary
+
+
+def _when(stamp: float | None) -> str:
+    return datetime.fromtimestamp(stamp).strftime("%Y-%m-%d %H:%M:%S") if stamp else "?"
+
+
+def _total(summary: dict, short: bool = False) -> str:
+    seconds = (summary.get("finished") or time.time()) - summary["started"]
+    minutes, seconds = int(seconds // 60), int(seconds % 60)
+    return f"{minutes}:{seconds:02d}" if short else f"{minutes} min {seconds:02d} s"
+
+
+def _outcome(summary: dict) -> str:
+    promotion = summary.get("promotion")
+    return f"{promotion['outcome']} ({promotion['model']} v{promotion['version']})" if promotion else "—"
+
+
+@app.command()
+def status(
+    as_json: bool = typer.Option(False, "--json", help="Print the raw summary."),
+    runs: bool = typer.Option(False, "--runs", help="Every recipe run under this home, newest first."),
+    run_id: str | None = typer.Option(None, "--run", help="One run's stages, by flow-run id (a prefix will do)."),
+) -> None:
+    """The latest recipe run's stages (or another run's, or the list of runs)."""
+    ws = configure_environment()
+    runs_dir = ws.home / "runs"
+    paths = sorted((p for p in runs_dir.glob("*.json") if p.name != "latest.json"), key=lambda p: p.stat().st_mtime,
+                   reverse=True)
+    if not paths:
+        console.print(f"no recipe run yet under {ws.home} (run `forge run`)")
+        raise typer.Exit(1)
+    if runs:
+        summaries = [_load_run(p) for p in paths]
+        if as_json:
+            console.print_json(data=summaries)
+            return
+        table = Table(title=f"recipe runs under {ws.home}", box=box.SIMPLE_HEAD, pad_edge=False,
+                      collapse_padding=True)
+        for col in ("run", "state", "started", "total", "stages", "data", "promotion"):
+            table.add_column(col, no_wrap=col != "promotion")
+        for s in summaries:
+            states = [st.get("state") for st in s["stages"].values()]
+            promotion = s.get("promotion")
+            table.add_row((s.get("name") or s["flow_run_id"][:8]).removeprefix("recipe·"), s["state"], _when(s["started"])[5:16],
+                          _total(s, short=True), f"{states.count('completed')}/{states.count('cached')}",
+                          (s.get("data_md5") or "—")[:8],
+                          f"{promotion['outcome'].replace('already ', '')} v{promotion['version']}" if promotion
+                          else "—")
+        console.print(table)
+        return
+    if run_id:
+        chosen = [p for p in paths if p.stem.startswith(run_id)]
+        if len(chosen) != 1:
+            known = ", ".join(p.stem[:8] for p in paths[:10])
+            console.print(f"{'no' if not chosen else 'more than one'} run matches {run_id!r} (latest: {known})",
+                          style="red", markup=False, highlight=False)
+            raise typer.Exit(1)
+        summary = _load_run(chosen[0])
+    else:
+        summary = _load_run(runs_dir / "latest.json")
     if as_json:
         console.print_json(data=summary)
         return
     console.print(
-        f"flow run {summary['flow_run_id']} · profile {summary['profile']} · {summary['state']} · "
-        f"MLflow run {summary.get('mlflow_run_id')}"
+        f"{summary.get('name') or 'flow run ' + summary['flow_run_id']} · profile {summary['profile']} · "
+        f"{summary['state']} · started {_when(summary['started'])} · total {_total(summary)} · "
+        f"data md5 {summary.get('data_md5') or '—'} · promotion {_outcome(summary)}",
+        markup=False, highlight=False, soft_wrap=True,
     )
+    for label, key in (("Prefect", "prefect_url"), ("MLflow", "mlflow_url")):
+        if summary.get(key):
+            console.print(f"{label:8}{summary[key]}", markup=False, highlight=False, soft_wrap=True)
     _print_stages(summary["stages"])
     for name, st in summary["stages"].items():
         if st.get("error"):  # e.g. a full disk: which one, and what to do
@@ -177,7 +241,7 @@ def _stop_group(proc: subprocess.Popen, sig: int) -> None:
 
 
 @app.command()
-def ui(prefect_port: int = 4200, mlflow_port: int = 5000) -> None:
+def ui(prefect_port: int = PREFECT_UI_PORT, mlflow_port: int = MLFLOW_UI_PORT) -> None:
     """Start the Prefect server and the MLflow UI on 127.0.0.1; Ctrl-C or SIGTERM stops both, workers included."""
     ws = configure_environment()
     # Each server runs in a process group of its own (their workers with them), stopped as a group from here:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# Where `forge ui` serves the Prefect and MLflow UIs over this home's stores (and so where links point by default).
+PREFECT_UI_PORT, MLFLOW_UI_PORT = 4200, 5000
 
 # Nothing reaches a model hub or phones home (docs/stack.md, "Offline and tidy").
 OFFLINE_ENV = {
@@ -155,7 +157,10 @@ def configure_environment(ws: Workspace | None = None) -> Workspace:
     # Prefect derives these from PREFECT_HOME only sometimes (the server side falls back to ~/.prefect).
     os.environ.setdefault("PREFECT_MEMO_STORE_PATH", str(ws.prefect_home / "memo_store.toml"))
     os.environ.setdefault("PREFECT_PROFILES_PATH", str(ws.prefect_home / "profiles.toml"))
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # Prefect's own chatter; Forge's lines reach the run
+    # Forge's logger sends its lines to the flow run (flows/links.py); lines from threads without a run context
+    # (sandbox pools, generation workers) stay on the console instead of warning.
+    os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
     # The embedded server needs ~21 s to start on a loaded 2-core machine, past Prefect's 20 s default.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     os.environ.setdefault("MLFLOW_TRACKING_URI", ws.mlflow_uri)

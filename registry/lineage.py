@@ -33,6 +33,7 @@ from registry.tracking import (
     FLOW_RUN_ID_TAG,
     GIT_COMMIT_TAG,
     PARENT_VERSION_TAG,
+    PREFECT_URL_TAG,
     PROFILE_TAG,
     RL_DATA_MD5_TAG,
     STAGE_TAG,
@@ -40,6 +41,7 @@ from registry.tracking import (
 )
 
 FIELDS = {STAGE_TAG: "stage", GIT_COMMIT_TAG: "git_commit", PROFILE_TAG: "profile", FLOW_RUN_ID_TAG: "flow_run_id",
+          PREFECT_URL_TAG: "prefect_url",
           DATA_MD5_TAG: "data_md5", RL_DATA_MD5_TAG: "rl_data_md5", PARENT_VERSION_TAG: "parent"}
 DATA_TARGETS = {DATA_MD5_TAG: "data", RL_DATA_MD5_TAG: "rl-data"}  # tag → the DVC-tracked folder it hashes
 MAX_CHAIN = 100  # a parent chain longer than this is a cycle in the tags

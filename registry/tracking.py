@@ -38,8 +38,10 @@ DATA_MD5_TAG = "forge.data_md5"
 RL_DATA_MD5_TAG = "forge.rl_data_md5"  # DVC's md5 of rl-data/ (on-policy filtered problems, rl-data.dvc)
 GIT_COMMIT_TAG = "forge.git_commit"
 FLOW_RUN_ID_TAG = "forge.flow_run_id"
+PREFECT_URL_TAG = "forge.prefect_url"  # the Prefect run's page (flows/links.py)
 PROFILE_TAG = "forge.profile"
-LINEAGE_TAGS = (STAGE_TAG, PARENT_VERSION_TAG, DATA_MD5_TAG, GIT_COMMIT_TAG, FLOW_RUN_ID_TAG, PROFILE_TAG)
+LINEAGE_TAGS = (STAGE_TAG, PARENT_VERSION_TAG, DATA_MD5_TAG, GIT_COMMIT_TAG, FLOW_RUN_ID_TAG, PREFECT_URL_TAG,
+                PROFILE_TAG)
 
 MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
 PARAMS_PER_BATCH = 100  # MLflow's limit on params per log_batch call

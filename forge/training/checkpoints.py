@@ -172,6 +172,19 @@ class ForwardMetrics(TrainerCallback):
     def __init__(self, log_metrics: MetricsLogger | None, prefix: str = "") -> None:
         self.log_metrics = log_metrics
         self.prefix = prefix
+        self.first: tuple[int, float] | None = None  # (step, time) of the first step of this process's training
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.first is None:
+            self.first = (state.global_step, time.monotonic())
+
+    def eta(self, step: int, max_steps: int) -> str:
+        """Time left at the pace since this process's first step (a resumed run does not count the steps it
+        skipped), as ``m:ss``; ``?`` before two steps."""
+        if self.first is None or step <= self.first[0]:
+            return "?"
+        left = (time.monotonic() - self.first[1]) / (step - self.first[0]) * (max_steps - step)
+        return f"{int(left // 60)}:{int(left % 60):02d}"
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs:
@@ -181,12 +194,14 @@ class ForwardMetrics(TrainerCallback):
             for k, v in logs.items()
             if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
         }
-        if "eval_loss" in logs:
-            logger.info(
-                "%sstep %d/%d held-out loss %.4f", self.prefix, state.global_step, state.max_steps, logs["eval_loss"]
-            )
-        elif "loss" in logs:  # progress between evaluations: one line per logging step
-            logger.info("%sstep %d/%d train loss %.4f", self.prefix, state.global_step, state.max_steps, logs["loss"])
+        # One progress line per logging step: loss (held-out at an evaluation), reward for RL, time left.
+        shown = {"held-out loss": logs.get("eval_loss")} if "eval_loss" in logs else {
+            "loss": logs.get("loss"), "reward": logs.get("reward")}
+        shown = {k: v for k, v in shown.items() if isinstance(v, int | float)}
+        if shown:
+            figures = " ".join(f"{k} {v:.4f}" for k, v in shown.items())
+            logger.info("%sstep %d/%d %s · ETA %s", self.prefix, state.global_step, state.max_steps, figures,
+                        self.eta(state.global_step, state.max_steps))
         if self.log_metrics and numeric:
             self.log_metrics(numeric, state.global_step)
 

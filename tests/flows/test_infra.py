@@ -39,10 +39,9 @@ def test_prefect_yaml_deployments_point_at_flows_with_valid_schedules():
 def test_recipe_parameters_are_a_profile_and_its_overrides():
     # The run form has two fields: which profile, and overrides validated against it (no class defaults of a
     # whole RecipeConfig that could silently replace the profile).
-    from flows.recipe import recipe
-
     from prefect.utilities.schema_tools import ValidationError, validate
 
+    from flows.recipe import recipe
     from forge.config import ConfigError, load_profile, profile_names
 
     schema = recipe.parameters.model_dump()

@@ -185,6 +185,58 @@ def test_sft_run_carries_lineage(scenario):
     assert version.tags["forge.data_md5"] == runs[0].data.tags["forge.data_md5"]
 
 
+def test_prefect_run_holds_logs_artifacts_and_links_to_mlflow(scenario):
+    import sqlite3
+
+    import mlflow
+
+    from forge.data.versioning import read_data_md5
+
+    run = scenario["after_resume"]
+    run_id = run["flow_run_id"]
+    db = sqlite3.connect(scenario["root"] / ".forge" / "prefect" / "prefect.db")
+    name, tags = db.execute("SELECT name, tags FROM flow_run WHERE id = ?", (run_id,)).fetchone()
+    assert name == f"recipe·ci·{run_id[:8]}"
+    assert {"profile:ci", f"data:{read_data_md5(scenario['root'])[:8]}"} <= set(json.loads(tags))
+    # Forge's INFO lines reach the run: every stage's start and end, and training steps with their ETA.
+    logs = [m for (m,) in db.execute("SELECT message FROM log WHERE flow_run_id = ? AND level = 20", (run_id,))]
+    for stage in run["stages"]:
+        assert any(m.startswith(f"stage {stage}: started") for m in logs), stage
+        assert any(m.startswith((f"stage {stage}: done", f"stage {stage}: cached")) for m in logs), stage
+    assert any(m.startswith("sft/ctx-512/step") and "loss" in m and "ETA" in m for m in logs)
+    # One artifact per stage, linking to the stage's MLflow run.
+    artifacts = dict(db.execute("SELECT key, data FROM artifact WHERE flow_run_id = ?", (run_id,)).fetchall())
+    assert {f"stage-{stage}".replace("_", "-") for stage in run["stages"]} <= set(artifacts)
+    sft = run["stages"]["sft-3-ctx-512"]
+    assert f"/runs/{sft['run_id']}" in artifacts["stage-sft-3-ctx-512"] and "eval_loss_after" in artifacts[
+        "stage-sft-3-ctx-512"]
+    # And back: the MLflow parent run has the same name and the Prefect run's page.
+    uri = f"sqlite:///{scenario['root'] / '.forge' / 'mlflow' / 'mlflow.db'}"
+    parent = mlflow.MlflowClient(tracking_uri=uri).get_run(run["mlflow_run_id"])
+    assert parent.info.run_name == name
+    assert parent.data.tags["forge.prefect_url"] == f"http://127.0.0.1:4200/runs/flow-run/{run_id}"
+
+
+def test_status_lists_every_run_and_shows_any_of_them(scenario):
+    root = scenario["root"]
+    runs = _forge(root, "status", "--runs", "--json", timeout=60)
+    assert runs.returncode == 0, runs.stdout + runs.stderr
+    listed = json.loads(runs.stdout)
+    assert [r["state"] for r in listed] == ["completed", "completed", "crashed"]  # newest first
+    killed, resumed = scenario["after_kill"], scenario["after_resume"]
+    assert [r["flow_run_id"] for r in listed[1:]] == [resumed["flow_run_id"], killed["flow_run_id"]]
+    assert listed[0]["promotion"]["outcome"] in ("promoted", "refused", "already champion")
+    assert listed[0]["data_md5"] == listed[1]["data_md5"] == listed[2]["data_md5"]  # killed after the data stage
+    table = _forge(root, "status", "--runs", timeout=60).stdout
+    assert "crashed" in table and resumed["name"].removeprefix("recipe·") in table
+    # One run by a prefix of its id: its header and its stages.
+    one = _forge(root, "status", "--run", killed["flow_run_id"][:8], timeout=60)
+    assert one.returncode == 0 and killed["name"] in one.stdout and "crashed" in one.stdout
+    assert "sft-2-ctx-256" in one.stdout and "total" in one.stdout
+    unknown = _forge(root, "status", "--run", "zzzz", timeout=60)
+    assert unknown.returncode == 1 and "no run matches 'zzzz'" in unknown.stdout
+
+
 def test_champion_is_the_final_rl_policy_with_lineage(scenario):
     """champion = agentic RL → code RL 2 → code RL 1 → code warm-up → pair-wise GRPO → point-wise GRPO → SFT → base; both RMs
     registered."""
