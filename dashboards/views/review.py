@@ -5,7 +5,14 @@ Model output (question, reasoning, content, tool arguments and responses, answer
 shows as the characters it is. Every save sends the verdict version this page showed (optimistic locking): when
 the verdict changed meanwhile (another tab, another window) nothing is saved and the page says so.
 
-Keys: ``N`` next trajectory, ``P`` previous, ``A`` accept the first turn you have not judged yet.
+The queue is a review plan by default (forge/review/views.py ``queue(plan=True)``): every trajectory the critic
+failed, then those reviewers disagree on, then a random sample of the rest sized to estimate the share a person
+would reject within ±5% at 95%. Each turn is marked: 🔴 the critic failed it and you have not judged it, 🟢 you
+judged it, ⚪ pending; the turn index above the turns jumps to any of them.
+
+Keys: ``N`` next trajectory, ``P`` previous, ``A`` accept the first turn you have not judged yet, ``X`` reject
+it, ``Shift+A`` accept every turn you have not judged, ``T`` accept the trajectory, ``Shift+T`` reject it
+(Streamlit keeps ``R`` and ``C`` for itself).
 """
 
 import json
@@ -17,6 +24,7 @@ from dashboards.session import engine, flash, require_user, show_flashes
 from forge.review import (
     DIMENSIONS,
     StaleVerdictError,
+    accept_remaining,
     progress,
     queue,
     record_trajectory_verdict,
@@ -25,10 +33,15 @@ from forge.review import (
     trajectory_view,
     write_once,
 )
+from forge.search.agents import SCRIPTED_AGENTS, ReActAgent
+from forge.search.lookups import LookupAgent
 
 LONG_OBSERVATION = 400  # characters; longer tool responses start collapsed
 DIMENSION_LABELS = {"logical": "logic wrong", "tool_call": "tool call wrong", "info_gain": "no information gain"}
 CURRENT, FILTERS = "review_current", "review_filters"
+# What each agent that writes trajectories is (its docstring's first line), for the provenance line.
+AGENTS = {a.name: (a.__doc__ or "").strip().splitlines()[0] for a in (*SCRIPTED_AGENTS.values(), ReActAgent,
+                                                                      LookupAgent)}
 
 user = require_user()
 
@@ -50,6 +63,24 @@ def _save_turn(turn_id: int, number: int, passed: bool, shown_version: int) -> N
                          "The page now shows the current verdict; judge again if you still disagree.")
         return
     flash("success", f"Turn {number} {'accepted' if passed else 'rejected'} (version {version}).")
+
+
+def _accept_remaining(trajectory_id: str) -> None:
+    try:
+        accepted = write_once(engine(), lambda s: accept_remaining(s, trajectory_id, user.name))
+    except StaleVerdictError:
+        flash("warning", "A turn was judged elsewhere after this page showed it, so nothing was saved. The page "
+                         "now shows the current verdicts.")
+        return
+    flash("success", f"Accepted the {len(accepted)} remaining turn(s).")
+
+
+def _agent(name: str) -> str:
+    return f"{name}: {AGENTS.get(name, 'an agent this dashboard does not know')}"
+
+
+def _mark(turn) -> str:
+    return "🟢" if turn.my_verdict is not None else "🔴" if not turn.critic["passed"] else "⚪"
 
 
 def _save_trajectory(trajectory_id: str, accepted: bool, shown_version: int) -> None:
@@ -79,8 +110,11 @@ with st.sidebar:
     disagreement = st.checkbox("Disagreements only", key="f_disagreement")
     mine = st.checkbox("Assigned to me", key="f_mine")
     status = st.radio("Status", ["pending", "reviewed", "all"], key="f_status", horizontal=True)
+    plan = st.radio("Queue", ["review plan", "everything"], key="f_plan", horizontal=True,
+                    help="Review plan: every critic failure and disagreement, then a random sample of the rest "
+                         "large enough to estimate what share a person would reject (±5% at 95%).") == "review plan"
 filters = {"domain": None if domain == "all" else domain, "critic": None if critic == "all" else critic,
-           "disagreement": disagreement, "assigned_to_me": mine, "status": status}
+           "disagreement": disagreement, "assigned_to_me": mine, "status": status, "plan": plan}
 if st.session_state.get(FILTERS) != filters:  # new filters: start at the top of the new queue
     st.session_state[FILTERS], st.session_state[CURRENT] = filters, None
 
@@ -114,7 +148,7 @@ else:
     prev_id = ids[last - 1] if 0 < last <= len(ids) else None
 
 with st.expander(f"Queue: {len(items)} trajectories", expanded=False):
-    st.dataframe(pd.DataFrame([{"id": i.trajectory_id[:12], "domain": i.domain, "agent": i.agent,
+    st.dataframe(pd.DataFrame([{"id": i.trajectory_id[:12], "why": i.why, "domain": i.domain, "agent": i.agent,
                                 "turns": i.turns, "critic failed": i.critic_failed_turns,
                                 "judged by me": i.my_judged_turns, "disagreements": i.disagreements,
                                 "status": i.status, "question": i.question} for i in items]),
@@ -139,18 +173,28 @@ except KeyError:  # deleted from the store since it was picked
 st.subheader("Question")
 with st.container(key="question"):
     st.text(view.question)
-st.text(f"trajectory {view.id[:12]} · agent {view.agent} · domain {view.domain} · "
-        f"{'correct' if view.correct else 'wrong'} final answer")
+st.text(f"trajectory {view.id[:12]} · domain {view.domain} · {'correct' if view.correct else 'wrong'} final "
+        f"answer · question {view.qa_id[:12]} · stored {view.stored}")
+st.text(f"agent {_agent(view.agent)}")
 
+# The turn index: one link per turn, marked like the turns below, jumping to it.
+st.markdown(" ".join(f"[{_mark(t)} {k}](#turn-{k})" for k, t in enumerate(view.turns, 1)))
 open_turns = [(k, t) for k, t in enumerate(view.turns, 1) if t.my_verdict is None]
 if open_turns:
     k, t = open_turns[0]
-    st.button(f"Accept turn {k} (next open)", on_click=_save_turn, args=(t.turn_id, k, True, 0), shortcut="A",
-              key="accept_next_open")
+    accept, reject, remaining, _ = st.columns([2, 2, 2, 3])
+    accept.button(f"Accept turn {k} (next open)", on_click=_save_turn, args=(t.turn_id, k, True, 0), shortcut="A",
+                  key="accept_next_open")
+    reject.button(f"Reject turn {k} (next open)", on_click=_save_turn, args=(t.turn_id, k, False, 0), shortcut="X",
+                  key="reject_next_open")
+    remaining.button(f"Accept remaining turns ({len(open_turns)})", on_click=_accept_remaining, args=(view.id,),
+                     shortcut="shift+a", key="accept_remaining")
 
 for k, turn in enumerate(view.turns, 1):
     with st.container(border=True, key=f"turn_{k}"):
-        st.subheader(f"Turn {k}")
+        state = "judged" if turn.my_verdict is not None else "critic failed" if not turn.critic["passed"] else \
+            "pending"
+        st.subheader(f"{_mark(turn)} Turn {k} · {state}", anchor=f"turn-{k}")
         if turn.reasoning:
             st.caption("Reasoning")
             st.text(turn.reasoning)
@@ -227,6 +271,6 @@ with st.container(border=True, key="trajectory_verdict"):
         ok, bad, _ = st.columns([1, 1, 4])
         shown = tv.version if tv is not None else 0
         ok.form_submit_button("Accept trajectory", on_click=_save_trajectory, args=(view.id, True, shown),
-                              icon=":material/check:")
+                              icon=":material/check:", shortcut="T")
         bad.form_submit_button("Reject trajectory", on_click=_save_trajectory, args=(view.id, False, shown),
-                               icon=":material/close:")
+                               icon=":material/close:", shortcut="shift+t")

@@ -17,6 +17,7 @@ from forge.review.auth import (
 from forge.review.repository import (
     DIMENSIONS,
     StaleVerdictError,
+    accept_remaining,
     add_trajectory,
     effective_verdicts,
     get_reviewer,
@@ -43,6 +44,7 @@ from forge.review.views import (
     progress,
     queue,
     reviewer_names,
+    sample_size,
     trajectory_view,
 )
 
@@ -60,6 +62,7 @@ __all__ = [
     "TurnVerdictView",
     "TurnView",
     "UserError",
+    "accept_remaining",
     "add_trajectory",
     "assign_overlap",
     "authenticate",
@@ -81,6 +84,7 @@ __all__ = [
     "review_digest",
     "reviewed_trajectory",
     "reviewer_names",
+    "sample_size",
     "session_scope",
     "trajectory_rejected",
     "trajectory_view",

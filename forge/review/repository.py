@@ -329,6 +329,19 @@ def record_verdict(session: Session, turn_id: int, reviewer: str, *, passed: boo
     return verdict
 
 
+def accept_remaining(session: Session, trajectory_id: str, reviewer: str) -> list[int]:
+    """Accept every turn of a trajectory that ``reviewer`` has not judged yet (each as :func:`record_verdict` with
+    ``expected_version=0``, so a verdict saved meanwhile elsewhere stops the whole batch); returns the turn ids."""
+    who = get_reviewer(session, reviewer)
+    judged = select(Verdict.turn_id).where(Verdict.reviewer_id == who.id)
+    open_turns = list(session.scalars(select(TurnRecord.id).where(TurnRecord.trajectory_id == trajectory_id,
+                                                                  TurnRecord.id.not_in(judged))
+                                      .order_by(TurnRecord.message_index)))
+    for turn_id in open_turns:
+        record_verdict(session, turn_id, reviewer, passed=True, expected_version=0)
+    return open_turns
+
+
 def record_trajectory_verdict(session: Session, trajectory_id: str, reviewer: str, *, accepted: bool,
                               note: str = "", expected_version: int | None = None) -> TrajectoryVerdict:
     """Accept or reject a whole trajectory (a rejected one leaves the SFT pools at the next merge); the same

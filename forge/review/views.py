@@ -6,6 +6,8 @@ Plain frozen dataclasses, built inside a session and safe to use after it closes
 
 from __future__ import annotations
 
+import hashlib
+import math
 import random
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -14,10 +16,22 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from forge.data.schemas import SearchTrajectory
-from forge.review.models import Assignment, Reviewer, TrajectoryRecord, TrajectoryVerdict, TurnRecord, Verdict
+from forge.review.models import (
+    Assignment,
+    AuditEvent,
+    Reviewer,
+    TrajectoryRecord,
+    TrajectoryVerdict,
+    TurnRecord,
+    Verdict,
+)
 from forge.review.repository import DIMENSIONS, audit, get_reviewer
 
 STATUSES = ("pending", "reviewed", "all")
+# The review plan (queue(plan=True)): every trajectory the critic failed or reviewers disagree on, then a random
+# sample of the rest large enough to estimate, within MARGIN at CONFIDENCE, the share of critic-passed trajectories
+# a person would reject (docs/architecture.md, "The review plan").
+MARGIN, CONFIDENCE = 0.05, 0.95
 
 
 @dataclass(frozen=True)
@@ -33,6 +47,7 @@ class QueueItem:
     human_judged_turns: int
     disagreements: int  # turns where a human verdict differs from the critic's or from another human's
     status: str  # "pending" until the reviewer judged every turn, then "reviewed"
+    why: str = ""  # why the plan holds it: "critic failed", "disagreement" or "sample"
 
 
 @dataclass(frozen=True)
@@ -84,6 +99,8 @@ class TrajectoryView:
     turns: list[TurnView]
     my_verdict: TrajectoryVerdictView | None
     gold_relations: list[str] = field(default_factory=list)
+    qa_id: str = ""
+    stored: str = ""  # when and by whom it entered the store (the synthesis task, or an import)
 
 
 @dataclass(frozen=True)
@@ -100,16 +117,42 @@ def _critic(turn: TurnRecord) -> dict[str, bool]:
             "passed": turn.critic_passed}
 
 
+def sample_size(population: int, margin: float = MARGIN, confidence: float = CONFIDENCE) -> int:
+    """How many of ``population`` items to judge at random to estimate a proportion within ``margin`` at
+    ``confidence`` (worst case p = 0.5, with the finite-population correction)."""
+    if population <= 0:
+        return 0
+    z = _normal_quantile(0.5 + confidence / 2)
+    n0 = z * z * 0.25 / (margin * margin)
+    return min(population, math.ceil(n0 / (1 + (n0 - 1) / population)))
+
+
+def _normal_quantile(p: float) -> float:
+    """The standard normal quantile, by bisection on erf (precise to 1e-9; no scipy in the review room)."""
+    lo, hi = -10.0, 10.0
+    while hi - lo > 1e-9:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if 0.5 * (1 + math.erf(mid / math.sqrt(2))) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def _sample_order(trajectory_id: str) -> str:
+    """A fixed random order (the same for every reviewer and filter): the sample is the first n of it."""
+    return hashlib.sha256(trajectory_id.encode()).hexdigest()
+
+
 def queue(session: Session, reviewer: str, *, domain: str | None = None, critic: str | None = None,
-          disagreement: bool = False, assigned_to_me: bool = False, status: str = "pending",
+          disagreement: bool = False, assigned_to_me: bool = False, status: str = "pending", plan: bool = False,
           limit: int = 100) -> list[QueueItem]:
     """Trajectories for ``reviewer`` to judge, filtered; those the critic failed come first (they decide what is
-    trained on), then by id.
+    trained on), then those where reviewers disagree, then the rest in a fixed random order.
 
     Args:
         critic: ``"failed"`` keeps trajectories with a turn the critic failed, ``"passed"`` those with none.
         disagreement: only trajectories where a human verdict differs from the critic's or from another human's.
         status: ``pending`` (turns left for me), ``reviewed`` (I judged every turn) or ``all``.
+        plan: keep, of the trajectories neither failed nor disputed, only the random sample :func:`sample_size`
+            asks for (taken before the status filter, so judging one does not pull in another).
     """
     if status not in STATUSES:
         raise ValueError(f"unknown status {status!r}; one of {', '.join(STATUSES)}")
@@ -138,14 +181,18 @@ def queue(session: Session, reviewer: str, *, domain: str | None = None, critic:
         mine = sum(1 for turn_id, _ in ts if any(r == me.id for r, _ in verdicts[turn_id]))
         judged = sum(1 for turn_id, _ in ts if verdicts[turn_id])
         split = sum(1 for turn_id, ok in ts if {p for _, p in verdicts[turn_id]} - {ok})
+        why = "critic failed" if failed else "disagreement" if split else "sample"
         item = QueueItem(trajectory_id=tid, question=question, agent=agent, domain=dom, correct=correct,
                          turns=len(ts), critic_failed_turns=failed, my_judged_turns=mine, human_judged_turns=judged,
-                         disagreements=split, status="reviewed" if ts and mine == len(ts) else "pending")
-        if ((critic == "failed" and not failed) or (critic == "passed" and failed) or (disagreement and not split)
-                or (status != "all" and item.status != status)):
+                         disagreements=split, status="reviewed" if ts and mine == len(ts) else "pending", why=why)
+        if (critic == "failed" and not failed) or (critic == "passed" and failed) or (disagreement and not split):
             continue
         items.append(item)
-    items.sort(key=lambda i: (i.critic_failed_turns == 0, i.trajectory_id))
+    items.sort(key=lambda i: (i.critic_failed_turns == 0, i.disagreements == 0, _sample_order(i.trajectory_id)))
+    if plan:
+        rest = [i for i in items if i.why == "sample"]
+        items = [i for i in items if i.why != "sample"] + rest[:sample_size(len(rest))]
+    items = [i for i in items if status == "all" or i.status == status]
     return items[:limit]
 
 
@@ -172,11 +219,15 @@ def trajectory_view(session: Session, trajectory_id: str, reviewer: str) -> Traj
     tv = session.scalar(select(TrajectoryVerdict).where(TrajectoryVerdict.trajectory_id == trajectory_id,
                                                         TrajectoryVerdict.reviewer_id == me.id))
     gold = record.gold or {}
+    created = session.scalar(select(AuditEvent).where(AuditEvent.action == "create", AuditEvent.entity == "trajectory",
+                                                      AuditEvent.entity_id == trajectory_id))
+    stored = f"{record.created_at:%Y-%m-%d %H:%M} UTC by {created.actor if created else 'an import'}"
     return TrajectoryView(
         id=record.id, question=record.question, agent=record.agent, domain=record.domain,
         gold_answer=record.gold_answer, gold_path=list(gold.get("path", [])),
         gold_relations=list(gold.get("relations", [])), final_answer=record.final_answer, correct=record.correct,
-        turns=turns, my_verdict=None if tv is None else TrajectoryVerdictView(tv.accepted, tv.note, tv.version))
+        turns=turns, my_verdict=None if tv is None else TrajectoryVerdictView(tv.accepted, tv.note, tv.version),
+        qa_id=record.qa_id, stored=stored)
 
 
 def progress(session: Session, reviewer: str) -> Progress:

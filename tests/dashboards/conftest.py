@@ -23,6 +23,8 @@ XSS_CONTENT = '<img src=x onerror="window.__xss=1"> **bold** [link](javascript:w
 HOLIDAY_Q = "What is the music of The Holiday?"
 XSS_Q = "Which tag is this? <b>bold question</b>"
 LONG_Q = "Who directed the film with the long page?"
+THIRTY_Q = "Which film did the thirty-visit search end on?"
+THIRTY_TURNS = 30
 
 
 def _trajectory(question: str, answer: str, turns: list[tuple[Message, Message | None]], critic: list[bool],
@@ -70,7 +72,19 @@ def trajectories() -> dict[str, tuple[SearchTrajectory, SearchQA]]:
           Message(role="tool", name="visit", content=long_page))],
         critic=[True, True],
         final=Message(role="assistant", reasoning="Not on the page.", content="Nobody"))
-    return {"holiday": holiday, "xss": xss, "long": long}
+    # A long episode: 29 visits, then the answer; the critic passed every turn.
+    thirty = _trajectory(
+        THIRTY_Q, "Film 29",
+        [(Message(role="assistant", reasoning=f"Follow the link to film {k}.",
+                  tool_calls=[ToolCall(name="visit", arguments={"page": f"Film {k}"})]),
+          Message(role="tool", name="visit", content=f"Film {k}\nFilm {k} links to Film {k + 1}."))
+         for k in range(1, THIRTY_TURNS)],
+        critic=[True] * THIRTY_TURNS,
+        final=Message(role="assistant", reasoning="The chain ends here.", content="Film 29"))
+    return {"holiday": holiday, "xss": xss, "long": long, "thirty": thirty}
+
+
+SEEDED = ("holiday", "xss", "long")  # what every store holds; the browser's adds "thirty"
 
 
 @dataclass(frozen=True)
@@ -89,19 +103,22 @@ class Store:
 
     @property
     def questions(self) -> dict[str, str]:
-        return {"holiday": HOLIDAY_Q, "xss": XSS_Q, "long": LONG_Q}
+        return {"holiday": HOLIDAY_Q, "xss": XSS_Q, "long": LONG_Q, "thirty": THIRTY_Q}
 
     def engine(self):
         return open_store(self.url, self.home, schema=self.schema)
 
 
-def seed_store(home: Path, url: str | None = None, schema: str | None = None) -> Store:
-    """Three trajectories (one with an XSS payload, one with a long tool response), a reviewer and an admin;
+def seed_store(home: Path, url: str | None = None, schema: str | None = None, extra: tuple[str, ...] = ()) -> Store:
+    """Three trajectories (one with an XSS payload, one with a long tool response; ``extra`` names more from
+    :func:`trajectories`), a reviewer and an admin;
     in SQLite under ``home``, or at ``url`` (PostgreSQL) in ``schema``."""
     engine = open_store(url, home, schema=schema)
     ids = {}
     with session_scope(engine) as s:
         for name, (traj, qa) in trajectories().items():
+            if name not in (*SEEDED, *extra):
+                continue
             add_trajectory(s, traj, qa=qa)
             ids[name] = traj.id
         create_user(s, REVIEWER, password=REVIEWER_PW, role="reviewer")

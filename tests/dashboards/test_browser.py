@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from forge.review import session_scope, trajectory_view
+from forge.review import queue, session_scope, trajectory_view
 from forge.workspace import REPO_ROOT
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -41,7 +41,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, seed):
     home = tmp_path_factory.mktemp("browser") / "home"
-    store = seed(home)
+    store = seed(home, extra=("thirty",))
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "FORGE_REVIEW_"))}
     env.update(FORGE_HOME=str(home), HF_HUB_OFFLINE="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false",
@@ -138,7 +138,7 @@ def test_review_a_trajectory_turn_by_turn(server, page, tmp_path):
     page.locator("body").press("a")  # keyboard: accept the first turn not judged yet (turn 3)
     page.get_by_text("Turn 3 accepted (version 1).").wait_for()
     page.get_by_label("Comment on the trajectory").fill("good except the second visit")
-    page.get_by_role("button", name="Accept trajectory", exact=True).click()
+    page.get_by_role("button", name="Accept trajectory").click()  # its name ends with the shortcut (T)
     page.get_by_text("Trajectory accepted (version 1).").wait_for()
     assert "Turns judged by you" in page.locator("body").inner_text()
 
@@ -174,3 +174,36 @@ def test_xss_payload_in_a_model_turn_is_inert_text(server, page):
     assert page.locator('img[src="x"]').count() == 0
     assert page.locator("a[href^='javascript']").count() == 0
     assert page.locator(".st-key-final_answer i").count() == 0  # <i> not parsed either
+
+
+def test_keyboard_alone_clears_a_30_turn_trajectory_after_the_critic_failures(server, page):
+    url, store = server
+    with session_scope(store.engine()) as s:
+        planned = [i.question for i in queue(s, store.reviewer, plan=True, limit=100)]
+        failed = {i.question for i in queue(s, store.reviewer, plan=True, limit=100) if i.critic_failed_turns}
+    assert planned.index(store.questions["thirty"]) >= len(failed)
+    assert set(planned[:len(failed)]) == failed  # the plan puts critic failures first
+    _login(page, url, store.reviewer, store.reviewer_pw)
+    # The page walks the queue in the plan's order, N after N, up to the 30-turn trajectory.
+    for question in planned[: planned.index(store.questions["thirty"])]:
+        page.locator(".st-key-question").get_by_text(question, exact=True).wait_for()
+        page.locator("body").press("n")
+    page.locator(".st-key-question").get_by_text(store.questions["thirty"], exact=True).wait_for()
+    index = page.get_by_role("link", name="⚪ 30")
+    index.wait_for()  # the turn index: every turn pending
+
+    page.locator("body").press("a")  # accept turn 1
+    page.get_by_text("Turn 1 accepted (version 1).").wait_for()
+    page.locator("body").press("x")  # reject turn 2
+    page.get_by_text("Turn 2 rejected (version 1).").wait_for()
+    page.locator("body").press("Shift+A")  # accept the 28 left
+    page.get_by_text("Accepted the 28 remaining turn(s).").wait_for()
+    page.get_by_role("link", name="🟢 30").wait_for()
+    page.locator("body").press("t")
+    page.get_by_text("Trajectory accepted (version 1).").wait_for()
+
+    with session_scope(store.engine()) as s:
+        view = trajectory_view(s, store.ids["thirty"], store.reviewer)
+    assert len(view.turns) == 30 and all(t.my_verdict is not None for t in view.turns)
+    assert [t.my_verdict.passed for t in view.turns] == [True, False] + [True] * 28
+    assert view.my_verdict.accepted
