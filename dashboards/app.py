@@ -20,7 +20,8 @@ import streamlit as st
 
 from dashboards.login import login_gate, logout
 
-st.set_page_config(page_title="Forge", page_icon=":material/rate_review:", layout="wide")
+# A file of ours, not a ":material/…" icon: Streamlit fetches those favicons from fonts.gstatic.com.
+st.set_page_config(page_title="Forge", page_icon=str(Path(__file__).with_name("icon.png")), layout="wide")
 
 user = login_gate()
 if user is None:

@@ -78,6 +78,8 @@ def evaluate_registered(profile: ProfileName = "tiny", model_name: str = "forge-
         reports = evaluate_flow(cfg, run, model=registered(model_name, version), judge=judge)
         if gate:
             decision = promote(MlflowClient(), model_name, cfg.promotion, version=version)
-            log.info("%s/%s: %s: %s", model_name, version, "promoted" if decision.promote else "refused",
-                     "; ".join(decision.reasons))
+            verdict = f"{model_name}/{version}: {'promoted' if decision.promote else 'refused'}: " + "; ".join(
+                decision.reasons)
+            print(verdict)  # `forge eval matrix` shows it
+            log.info(verdict)  # and the Prefect run's logs hold it
     return reports

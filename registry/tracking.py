@@ -192,6 +192,20 @@ def metrics_logger(step_offset: int = 0):
     return log
 
 
+def log_dataset(path: str | Path, name: str, digest: str, context: str) -> None:
+    """The data the active run read, as an MLflow dataset input (the run page's Datasets panel): where it lies and
+    DVC's md5 of it as the digest; no rows are copied."""
+    import warnings
+
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.data.meta_dataset import MetaDataset
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # two local-artifact source classes claim a path; both fit
+        source = resolve_dataset_source(Path(path).resolve().as_uri())
+    mlflow.log_input(MetaDataset(source, name=name, digest=digest), context=context)
+
+
 def log_table(rows: list[dict], artifact_file: str) -> None:
     """Log rows (dicts, possibly with different keys) as an MLflow table artifact (``artifact_file`` ends .json)."""
     if not artifact_file.endswith(".json"):

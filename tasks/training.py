@@ -23,6 +23,7 @@ from registry.tracking import (
     StageContext,
     log_config,
     log_curve,
+    log_dataset,
     metrics_logger,
 )
 from tasks._cache import cached_task
@@ -96,8 +97,13 @@ def sft_stage_task(
     name = f"sft-{index + 1}-{stage.name}"
     with ctx.start_run(name, {STAGE_TAG: f"sft/{stage.name}", DATA_MD5_TAG: data.data_md5}) as run:
         log_config(stage)
+        log_dataset(data.mix_dir, data.manifest.get("name", "sft-mix"), data.data_md5, "training")
+        # One key (sft/loss) for the whole curriculum, each stage's steps after the previous stages', so the three
+        # stage runs overlay as one curve in MLflow's chart view.
+        offset = sum(s.max_steps for s in sft.curriculum[:index])
         result = run_sft_stage(
-            Path(init.model_dir), train_rows, eval_rows, stage, sft, runtime, out, log_metrics=metrics_logger()
+            Path(init.model_dir), train_rows, eval_rows, stage, sft, runtime, out,
+            log_metrics=metrics_logger(step_offset=offset),
         )
         metrics = {
             "eval_loss_before": result.eval_loss_before,

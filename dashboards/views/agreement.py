@@ -7,6 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboards.actions import NotAllowed, assign_overlap_as
+from dashboards.charts import grouped_bars
 from dashboards.session import engine, flash, require_user, show_flashes
 from forge.review import critic_agreement, human_agreement, human_pair_agreement, reviewer_names, session_scope
 
@@ -31,8 +32,8 @@ frame = pd.DataFrame([{"dimension": dim, "n": stat.n, "agreement": stat.agreemen
                       for dim, stat in critic.items()]).set_index("dimension")
 st.dataframe(frame.style.format({"agreement": "{:.1%}", "kappa": "{:.3f}"}, na_rep="n/a"))
 if frame["n"].sum() > 0:
-    st.bar_chart(frame[["agreement", "kappa"]].astype(float).fillna(0.0), stack=False,
-                 y_label="agreement share / Cohen's kappa")
+    grouped_bars(frame[["agreement", "kappa"]].astype(float), "dimension", ["agreement", "kappa"],
+                 y_title="agreement share / Cohen's kappa")
 else:
     st.info("No human verdicts yet.")
 

@@ -4,6 +4,7 @@ chosen metrics across versions."""
 
 import streamlit as st
 
+from dashboards.charts import line_with_points
 from dashboards.data import model_versions, registered_models
 from dashboards.session import mlflow_client, require_user
 from forge.evals.domains import HEADLINE
@@ -35,5 +36,5 @@ columns = st.columns(max(1, min(3, len(chosen))))
 for i, metric in enumerate(chosen):
     with columns[i % len(columns)]:
         st.subheader(metric)
-        st.line_chart(frame[[metric]].dropna(), x_label="version", y_label=metric)
+        line_with_points(frame[[metric]].reset_index(), "version", metric)
 st.dataframe(versions[["version", "aliases", "stage", *metric_cols]], hide_index=True)

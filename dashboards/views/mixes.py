@@ -3,6 +3,7 @@
 
 import streamlit as st
 
+from dashboards.charts import line_with_points
 from dashboards.data import data_runs, dvc_history, mix_frames
 from dashboards.session import mlflow_client, require_user, workspace
 
@@ -32,8 +33,7 @@ if history.empty:
     st.info(f"No committed data.dvc in {ws.root}.")
 else:
     st.caption("Each commit of data.dvc is one version of data/ (md5 of the directory, pushed to the DVC remote).")
-    if len(history) > 1:
-        st.line_chart(history.set_index("date")[["size"]], y_label="bytes")
+    line_with_points(history, "date", "size")
     st.dataframe(history, hide_index=True)
 
 runs = data_runs(mlflow_client())

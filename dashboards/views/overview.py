@@ -5,6 +5,7 @@ import json
 import pandas as pd
 import streamlit as st
 
+from dashboards.charts import bars_in_order
 from dashboards.session import require_user, workspace
 
 require_user()
@@ -19,6 +20,6 @@ if summary_path.exists():
     st.dataframe(frame, hide_index=True)
     if "seconds" in frame and frame["seconds"].notna().any():
         st.subheader("Seconds per stage")
-        st.bar_chart(frame.set_index("stage")["seconds"], horizontal=True)
+        bars_in_order(frame, "stage", "seconds", x_title="seconds (in the order the stages ran)")
 else:
     st.info("No recipe run yet: `make run` or `forge run --profile tiny`.")

@@ -7,8 +7,8 @@ the verdict changed meanwhile (another tab, another window) nothing is saved and
 
 The queue is a review plan by default (forge/review/views.py ``queue(plan=True)``): every trajectory the critic
 failed, then those reviewers disagree on, then a random sample of the rest sized to estimate the share a person
-would reject within ±5% at 95%. Each turn is marked: 🔴 the critic failed it and you have not judged it, 🟢 you
-judged it, ⚪ pending; the turn index above the turns jumps to any of them.
+would reject within ±5% at 95%. Each turn is marked (red: the critic failed it and you have not judged it, green:
+you judged it, grey: pending); the turn index above the turns jumps to any of them.
 
 Keys: ``N`` next trajectory, ``P`` previous, ``A`` accept the first turn you have not judged yet, ``X`` reject
 it, ``Shift+A`` accept every turn you have not judged, ``T`` accept the trajectory, ``Shift+T`` reject it
@@ -79,8 +79,12 @@ def _agent(name: str) -> str:
     return f"{name}: {AGENTS.get(name, 'an agent this dashboard does not know')}"
 
 
-def _mark(turn) -> str:
-    return "🟢" if turn.my_verdict is not None else "🔴" if not turn.critic["passed"] else "⚪"
+MARKS = {"judged": ":green[:material/check_circle:]", "critic failed": ":red[:material/error:]",
+         "pending": ":gray[:material/radio_button_unchecked:]"}  # Streamlit's own icon font: no emoji font needed
+
+
+def _state(turn) -> str:
+    return "judged" if turn.my_verdict is not None else "critic failed" if not turn.critic["passed"] else "pending"
 
 
 def _save_trajectory(trajectory_id: str, accepted: bool, shown_version: int) -> None:
@@ -178,7 +182,8 @@ st.text(f"trajectory {view.id[:12]} · domain {view.domain} · {'correct' if vie
 st.text(f"agent {_agent(view.agent)}")
 
 # The turn index: one link per turn, marked like the turns below, jumping to it.
-st.markdown(" ".join(f"[{_mark(t)} {k}](#turn-{k})" for k, t in enumerate(view.turns, 1)))
+st.markdown(" ".join(f"[{MARKS[_state(t)]} {k}](#turn-{k})" for k, t in enumerate(view.turns, 1))
+            + "  \n" + " · ".join(f"{mark} {state}" for state, mark in MARKS.items()))
 open_turns = [(k, t) for k, t in enumerate(view.turns, 1) if t.my_verdict is None]
 if open_turns:
     k, t = open_turns[0]
@@ -192,9 +197,7 @@ if open_turns:
 
 for k, turn in enumerate(view.turns, 1):
     with st.container(border=True, key=f"turn_{k}"):
-        state = "judged" if turn.my_verdict is not None else "critic failed" if not turn.critic["passed"] else \
-            "pending"
-        st.subheader(f"{_mark(turn)} Turn {k} · {state}", anchor=f"turn-{k}")
+        st.subheader(f"{MARKS[_state(turn)]} Turn {k} · {_state(turn)}", anchor=f"turn-{k}")
         if turn.reasoning:
             st.caption("Reasoning")
             st.text(turn.reasoning)

@@ -169,9 +169,10 @@ class ForwardMetrics(TrainerCallback):
     The flow layer passes a function that calls ``mlflow.log_metrics``; ``forge`` itself stays MLflow-free.
     """
 
-    def __init__(self, log_metrics: MetricsLogger | None, prefix: str = "") -> None:
+    def __init__(self, log_metrics: MetricsLogger | None, prefix: str = "", label: str | None = None) -> None:
         self.log_metrics = log_metrics
-        self.prefix = prefix
+        self.prefix = prefix  # of the metric keys
+        self.label = prefix if label is None else label  # of the progress lines
         self.first: tuple[int, float] | None = None  # (step, time) of the first step of this process's training
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -200,7 +201,7 @@ class ForwardMetrics(TrainerCallback):
         shown = {k: v for k, v in shown.items() if isinstance(v, int | float)}
         if shown:
             figures = " ".join(f"{k} {v:.4f}" for k, v in shown.items())
-            logger.info("%sstep %d/%d %s · ETA %s", self.prefix, state.global_step, state.max_steps, figures,
+            logger.info("%sstep %d/%d %s · ETA %s", self.label, state.global_step, state.max_steps, figures,
                         self.eta(state.global_step, state.max_steps))
         if self.log_metrics and numeric:
             self.log_metrics(numeric, state.global_step)

@@ -147,7 +147,7 @@ def build_sft_trainer(
         # With packing TRL refuses a custom collator at construction (it wants its padding-free one), so the
         # packed-rows collator is swapped in right after; the counter measures padding either way.
         data_collator=None if sft.packing else CountingCollator(tokenizer.pad_token_id),
-        callbacks=[ForwardMetrics(log_metrics, prefix=f"sft/{stage.name}/")],
+        callbacks=[ForwardMetrics(log_metrics, prefix="sft/", label=f"sft/{stage.name}/")],
     )
     if sft.packing:
         pad = tokenizer.pad_token_id

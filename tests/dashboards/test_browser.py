@@ -189,8 +189,9 @@ def test_keyboard_alone_clears_a_30_turn_trajectory_after_the_critic_failures(se
         page.locator(".st-key-question").get_by_text(question, exact=True).wait_for()
         page.locator("body").press("n")
     page.locator(".st-key-question").get_by_text(store.questions["thirty"], exact=True).wait_for()
-    index = page.get_by_role("link", name="⚪ 30")
-    index.wait_for()  # the turn index: every turn pending
+    # The turn index: a link per turn, each marked pending (its icon's name is part of the link's name).
+    page.get_by_role("link", name="radio_button_unchecked icon 30", exact=True).wait_for()
+    assert page.get_by_role("link", name="radio_button_unchecked icon 31", exact=True).count() == 0
 
     page.locator("body").press("a")  # accept turn 1
     page.get_by_text("Turn 1 accepted (version 1).").wait_for()
@@ -198,7 +199,7 @@ def test_keyboard_alone_clears_a_30_turn_trajectory_after_the_critic_failures(se
     page.get_by_text("Turn 2 rejected (version 1).").wait_for()
     page.locator("body").press("Shift+A")  # accept the 28 left
     page.get_by_text("Accepted the 28 remaining turn(s).").wait_for()
-    page.get_by_role("link", name="🟢 30").wait_for()
+    page.get_by_role("link", name="check_circle icon 30", exact=True).wait_for()  # now marked judged
     page.locator("body").press("t")
     page.get_by_text("Trajectory accepted (version 1).").wait_for()
 
@@ -207,3 +208,17 @@ def test_keyboard_alone_clears_a_30_turn_trajectory_after_the_critic_failures(se
     assert len(view.turns) == 30 and all(t.my_verdict is not None for t in view.turns)
     assert [t.my_verdict.passed for t in view.turns] == [True, False] + [True] * 28
     assert view.my_verdict.accepted
+
+
+def test_no_request_leaves_the_machine(server, page):
+    # Fonts, icons and scripts all come from the dashboard's own server: it works offline, and tells no one.
+    url, store = server
+    outside = []
+    page.on("request", lambda r: outside.append(r.url) if not r.url.startswith((url, "data:", "blob:")) else None)
+    _login(page, url, store.reviewer, store.reviewer_pw)
+    for title in ("Agreement", "Latest run", "Data mixes", "Evaluations", "Registry", "Review"):
+        page.get_by_test_id("stSidebarNav").get_by_role("link", name=title).click()
+        page.get_by_role("heading", level=1).first.wait_for()
+        page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')")
+    page.wait_for_timeout(1000)
+    assert outside == []

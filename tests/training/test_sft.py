@@ -143,7 +143,8 @@ def test_sft_curriculum_lowers_heldout_chat_loss(base_dir, rows, tmp_path):
     assert second.eval_loss_after <= second.eval_loss_before * 1.02
     assert (tmp_path / "sft" / "ctx-256" / "config.json").exists()
     assert not work_dir_for(tmp_path / "sft" / "ctx-128").exists()
-    assert any("sft/ctx-128/loss" in m for m, _ in logged)
+    # Both stages log under one key (tasks/training.py offsets their steps so MLflow draws one curve).
+    assert sum("sft/loss" in m for m, _ in logged) >= 2 and not any("ctx-" in k for m, _ in logged for k in m)
 
 
 def test_killed_sft_stage_resumes(base_dir, rows, tmp_path):
