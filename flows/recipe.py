@@ -25,7 +25,7 @@ from flows.rl import rl_flow
 from flows.sft import sft_flow
 from forge.config import ProfileName, load_profile
 from forge.stages import Checkpoint, DataMix, Release
-from forge.workspace import Workspace
+from forge.workspace import Workspace, run_lock
 from registry.tracking import init_mlflow, log_config
 from tasks.promotion import promote_task
 
@@ -53,7 +53,8 @@ def recipe(profile: ProfileName = "tiny", overrides: dict[str, Any] | None = Non
     ws = Workspace.from_env()
     init_mlflow(ws)
     started = time.time()
-    with RecipeRun.start(profile=cfg.profile, flow_run_id=str(flow_run.id), workspace=ws) as run:
+    with run_lock(ws, cfg.profile), RecipeRun.start(profile=cfg.profile, flow_run_id=str(flow_run.id),
+                                                    workspace=ws) as run:
         log_config(cfg)
         base = base_flow(cfg, run)                                            # stage 0: base model
         data = data_flow(cfg, run, base=base)                                 # deep-search data, SFT mix, §2.1.1

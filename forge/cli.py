@@ -91,10 +91,14 @@ def run(
     overrides = _overrides(set_ or [])
     load_profile(profile, overrides)  # a bad profile stops here, before any flow starts (main() reports it)
     from flows.recipe import recipe
-    from forge.workspace import DiskFullError, Workspace, disk_full, disk_full_message
+    from forge.workspace import CheckoutBusyError, DiskFullError, Workspace, disk_full, disk_full_message, run_lock
 
     try:
-        result = recipe(profile=profile, overrides=overrides or None)
+        with run_lock(Workspace.from_env(), Path(profile).stem):
+            result = recipe(profile=profile, overrides=overrides or None)
+    except CheckoutBusyError as err:
+        console.print(str(err), style="red", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
     except Exception as err:
         if not disk_full(err):
             raise
@@ -227,6 +231,38 @@ def status(
     for name, st in summary["stages"].items():
         if st.get("error"):  # e.g. a full disk: which one, and what to do
             console.print(f"{name}: {st['error']}", style="red", markup=False, highlight=False, soft_wrap=True)
+
+
+@data_app.command("checkout")
+def data_checkout(
+    ref: Annotated[str, typer.Argument(metavar="VERSION", help="A data version (DVC md5) or the model version "
+                                       "trained on it: models:/forge-policy/3, models:/forge-policy@champion.")],
+    target: str = typer.Option("data", help="data (the SFT data) or rl-data (the RL problem sets)."),
+) -> None:
+    """Restore data/ (or rl-data/) to a version from the DVC remote; what it held first is versioned, not lost."""
+    ws = configure_environment()
+    from forge.data.versioning import DVCError, checkout_data, ensure_dvc
+
+    md5 = ref
+    if ref.startswith("models:/"):
+        from registry.lineage import LineageError, data_version
+        from registry.tracking import init_mlflow
+
+        try:
+            md5 = data_version(init_mlflow(ws), ref, target)
+        except LineageError as err:
+            console.print(str(err), style="red", markup=False, highlight=False, soft_wrap=True)
+            raise typer.Exit(1) from None
+    ensure_dvc(ws.root, ws.dvc_remote)
+    try:
+        kept = checkout_data(ws.root, md5, target)
+    except DVCError as err:
+        console.print(str(err), style="red", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    if kept:
+        console.print(f"what {target}/ held is kept as {kept} (forge data checkout {kept} brings it back)",
+                      highlight=False, soft_wrap=True)
+    console.print(f"{target}/ is now {md5.removesuffix('.dir')}.dir ({target}.dvc names it)", highlight=False)
 
 
 def _interrupt(signum, frame) -> None:

@@ -10,8 +10,12 @@ Call :func:`configure_environment` before importing prefect or mlflow: both read
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,6 +141,43 @@ def disk_full_message(ws: Workspace) -> str:
         parts.append(f"{label} {path}: {usage.free / 2**20:.0f} MB free of {usage.total / 2**20:.0f} MB")
     return (f"the disk is full ({'; '.join(parts)}). Free space (or point FORGE_HOME at a larger disk) and "
             "run again: finished stages are kept and the interrupted one starts over.")
+
+
+_HELD: set[Path] = set()  # run locks this process holds
+
+
+class CheckoutBusyError(RuntimeError):
+    """Another recipe run holds this checkout's data/; the message names it."""
+
+
+@contextmanager
+def run_lock(ws: Workspace, profile: str) -> Iterator[None]:
+    """Hold the checkout's data/ for one recipe run: a second run in the same checkout (another profile would
+    rewrite data/ under the first) is refused at once, naming the run that holds it. The lock is the kernel's
+    (flock), so a killed run releases it with its process. Re-entrant within a process: ``forge run`` takes it
+    before the flow starts (a refusal is then one line, not a failed flow run) and the flow, which takes it too for
+    runs from a deployment, finds it held already."""
+    path = ws.root / ".forge-run.lock"
+    if path in _HELD:
+        yield
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 512).decode(errors="replace").strip() or "a process that wrote nothing"
+        os.close(fd)
+        raise CheckoutBusyError(
+            f"{ws.root}: another recipe run is using this checkout's data/ ({holder}); wait for it to finish, or "
+            "run from another checkout (FORGE_ROOT)") from None
+    _HELD.add(path)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()}, profile {profile}, since {time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
+        yield
+    finally:
+        _HELD.discard(path)
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 def configure_environment(ws: Workspace | None = None) -> Workspace:

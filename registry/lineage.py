@@ -92,6 +92,15 @@ def _node(client: MlflowClient, mv) -> dict:
     return node
 
 
+def data_version(client: MlflowClient, uri: str, target: str = "data") -> str:
+    """The md5 of ``target`` (``data`` or ``rl-data``) the version ``uri`` was trained on (its lineage tag)."""
+    tag = next(tag for tag, name in DATA_TARGETS.items() if name == target)
+    md5 = _node(client, _version(client, uri))[FIELDS[tag]]
+    if not md5:
+        raise LineageError(f"{uri}: no {tag} tag: the version does not say which {target}/ it was trained on")
+    return md5
+
+
 def _chain(client: MlflowClient, uri: str) -> list[dict]:
     """The version, its parent, the parent's parent... down to a version without a parent (the base model), or to
     a parent the registry does not hold (a hub checkpoint: ``forge-base/hub``)."""

@@ -71,10 +71,14 @@ def init_mlflow(ws: Workspace, tracking_uri: str | None = None) -> MlflowClient:
     return client
 
 
+DVC_FILES = ("data.dvc", "rl-data.dvc")
+
+
 def git_commit(root: Path | str = REPO_ROOT) -> str:
     """HEAD's commit of the checkout at ``root``, with ``+dirty`` when tracked files changed; "unknown" outside git.
 
-    Untracked files do not count: data/, caches and run outputs live in the checkout without being code.
+    Untracked files do not count: data/, caches and run outputs live in the checkout without being code; nor do
+    the DVC pointers (``data.dvc``, ``rl-data.dvc``), which every run rewrites.
     """
 
     def git(*args: str) -> str:
@@ -84,7 +88,8 @@ def git_commit(root: Path | str = REPO_ROOT) -> str:
 
     try:
         commit = git("rev-parse", "HEAD")
-        dirty = git("status", "--porcelain", "--untracked-files=no")
+        # The DVC pointers are Forge's own writes (each run versions its data): they do not make the code dirty.
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", *(f":(exclude){f}" for f in DVC_FILES))
     except (subprocess.SubprocessError, OSError):
         return "unknown"
     return f"{commit}+dirty" if dirty else commit

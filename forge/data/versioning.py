@@ -7,6 +7,7 @@ subprocess; any failure raises :class:`DVCError` carrying dvc's stderr.
     ensure_dvc(ws.root, ws.dvc_remote)       # once: init + remote 'local' (verify = true)
     md5 = version_data(ws.root)              # dvc add data && dvc push → the md5 recorded in data.dvc
     data_status_clean(ws.root)               # workspace == data.dvc == remote?
+    checkout_data(ws.root, md5)              # data/ back to an earlier version, from the remote
 
 The committed ``.dvc/config`` names ``../.forge/dvc-remote``; when the home is elsewhere (``FORGE_HOME``) the
 remote url goes to ``.dvc/config.local`` (git-ignored), so moving the home never edits a tracked file.
@@ -23,6 +24,8 @@ import sys
 from pathlib import Path
 
 import yaml
+
+from forge.atomic import atomic_write_text
 
 REMOTE_NAME = "local"
 
@@ -123,3 +126,40 @@ def data_status_clean(root: str | Path, target: str = "data") -> bool:
     local = run_dvc(root, "status", "--json", f"{target}.dvc")
     cloud = run_dvc(root, "status", "--cloud", "--json", f"{target}.dvc")
     return not json.loads(local.stdout or "{}") and not json.loads(cloud.stdout or "{}")
+
+
+def _md5(version: str) -> str:
+    md5 = version.strip().removesuffix(".dir")
+    if len(md5) != 32 or any(c not in "0123456789abcdef" for c in md5):
+        raise DVCError(f"{version!r}: not a data version (DVC's md5 of the directory: 32 hex digits, then .dir)")
+    return f"{md5}.dir"
+
+
+def checkout_data(root: str | Path, version: str, target: str = "data") -> str | None:
+    """Make ``<target>/`` the version ``version`` (DVC's md5 of the directory), pulled from the remote.
+
+    What ``<target>/`` held first is versioned and pushed (so it is never lost: its md5 is returned, None when it
+    had no changes), then ``<target>.dvc`` names ``version`` and ``dvc pull`` brings it. A version the remote does
+    not hold, or a corrupted object (verify is on), is a :class:`DVCError` and leaves ``<target>.dvc`` as it was.
+    """
+    root = Path(root)
+    wanted = _md5(version)
+    dvc_file = root / f"{target}.dvc"
+    kept = None
+    if (root / target).exists() and (not dvc_file.exists() or not data_status_clean(root, target)):
+        kept = version_data(root, target)
+    before = dvc_file.read_text() if dvc_file.exists() else None
+    if before is not None and read_data_md5(root, target) == wanted and data_status_clean(root, target):
+        return kept
+    atomic_write_text(dvc_file, yaml.safe_dump({"outs": [{"md5": wanted, "path": target, "hash": "md5"}]},
+                                               sort_keys=False))
+    try:
+        run_dvc(root, "pull", "--force", f"{target}.dvc")
+    except DVCError as err:
+        if before is None:
+            dvc_file.unlink()
+        else:  # a failed pull may have cleared the folder: put back the version it held (versioned above)
+            atomic_write_text(dvc_file, before)
+            run_dvc(root, "checkout", "--force", f"{target}.dvc")
+        raise DVCError(f"data version {wanted} could not be restored from the DVC remote: {err}") from None
+    return kept

@@ -6,7 +6,15 @@ import shutil
 
 import pytest
 
-from forge.data.versioning import DVCError, data_status_clean, ensure_dvc, read_data_md5, run_dvc, version_data
+from forge.data.versioning import (
+    DVCError,
+    checkout_data,
+    data_status_clean,
+    ensure_dvc,
+    read_data_md5,
+    run_dvc,
+    version_data,
+)
 
 
 @pytest.fixture
@@ -62,3 +70,26 @@ def test_moved_home_goes_to_config_local(tmp_path):
     assert "remote = local" in committed
     with pytest.raises(DVCError, match="nothing to version"):
         version_data(root)
+
+
+def test_checkout_restores_a_version_and_keeps_what_was_there(project, tmp_path):
+    v1 = version_data(project)
+    (project / "data" / "notes.txt").write_text("v2, never versioned\n")  # e.g. another run rewrote data/
+    kept = checkout_data(project, v1)
+    assert (project / "data" / "notes.txt").read_text() == "v1\n" and read_data_md5(project) == v1
+    assert data_status_clean(project)
+    assert kept is not None and kept != v1  # the unversioned change was versioned and pushed first...
+    assert checkout_data(project, kept.removesuffix(".dir")) is None  # ...and comes back by its md5 alone
+    assert (project / "data" / "notes.txt").read_text() == "v2, never versioned\n"
+    assert checkout_data(project, kept) is None  # already there: nothing to do
+
+
+def test_checkout_of_a_version_the_remote_lacks_fails_and_changes_nothing(project):
+    v1 = version_data(project)
+    before = (project / "data.dvc").read_text()
+    with pytest.raises(DVCError, match="0123456789abcdef0123456789abcdef.dir could not be restored"):
+        checkout_data(project, "0123456789abcdef0123456789abcdef")
+    assert (project / "data.dvc").read_text() == before and read_data_md5(project) == v1
+    assert (project / "data" / "notes.txt").read_text() == "v1\n"
+    with pytest.raises(DVCError, match="not a data version"):
+        checkout_data(project, "models-policy-3")

@@ -306,3 +306,43 @@ def test_candidate_matrix_records_every_domain_and_gates(scenario):
     assert compared.returncode == 0, compared.stdout[-3000:] + compared.stderr[-3000:]
     for domain in ("math", "science", "alignment", "deep_search"):
         assert domain in compared.stdout
+
+
+def test_a_second_run_in_the_checkout_is_refused_while_one_holds_it(scenario):
+    from forge.data.versioning import data_status_clean, read_data_md5
+    from forge.workspace import Workspace, run_lock
+
+    root = scenario["root"]
+    before = read_data_md5(root)
+    with run_lock(Workspace(root=root, home=root / ".forge"), "another-profile"):
+        out = _forge(root, "run", "--profile", str(PROFILE), timeout=300)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "another recipe run is using this checkout's data/" in out.stdout and "another-profile" in out.stdout
+    assert "Traceback" not in out.stdout + out.stderr
+    assert read_data_md5(root) == before and data_status_clean(root)
+
+
+def test_data_checkout_restores_the_data_a_model_was_trained_on(scenario):
+    import mlflow
+
+    from forge.data.versioning import data_status_clean, read_data_md5
+
+    root = scenario["root"]
+    uri = f"sqlite:///{root / '.forge' / 'mlflow' / 'mlflow.db'}"
+    champion = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri).get_model_version_by_alias(
+        "forge-policy", "champion")
+    trained_on = champion.tags["forge.data_md5"]
+    manifest = next((root / "data" / "mixes").glob("*/manifest.json"))
+    edited = manifest.read_text() + "\n"
+    manifest.write_text(edited)  # data/ rewritten since (another profile's run, a person)
+    assert not data_status_clean(root)
+    out = _forge(root, "data", "checkout", "models:/forge-policy@champion", timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert read_data_md5(root) == trained_on and data_status_clean(root)
+    kept = out.stdout.split("kept as ")[1].split()[0]  # what data/ held was versioned first, not lost
+    back = _forge(root, "data", "checkout", kept, timeout=300)
+    assert back.returncode == 0 and manifest.read_text() == edited
+    assert _forge(root, "data", "checkout", f"models:/forge-policy/{champion.version}", timeout=300).returncode == 0
+    assert read_data_md5(root) == trained_on and data_status_clean(root)
+    missing = _forge(root, "data", "checkout", "models:/forge-policy/999", timeout=120)
+    assert missing.returncode == 1 and "no such registered version" in missing.stdout
