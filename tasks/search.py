@@ -8,7 +8,7 @@ from prefect import task
 from forge.config import DeepSearchConfig
 from forge.stages import Pools, SearchShard
 from forge.workspace import Workspace
-from registry.tracking import STAGE_TAG, StageContext, log_curve, log_table
+from registry.tracking import FLOW_RUN_ID_TAG, PROFILE_TAG, STAGE_TAG, StageContext, log_curve, log_table
 from tasks._cache import cached_task
 
 SEARCH_MODULES = ("forge.search.synthesize", "forge.review.feedback")
@@ -49,8 +49,11 @@ def merge_search_task(
 
     ws = Workspace.from_env()
 
+    flow_run_id = ctx.tags.get(FLOW_RUN_ID_TAG)
+    actor = f"synthesis in run {flow_run_id[:8]} ({ctx.tags.get(PROFILE_TAG)})" if flow_run_id else "synthesis"
+
     def review(trajs, qas):
-        return apply_reviews(trajs, qas, url=cfg.review_db_url, home=ws.home)
+        return apply_reviews(trajs, qas, url=cfg.review_db_url, home=ws.home, actor=actor)
 
     merged = merge_shards(ws, cfg, [s.model_dump() for s in shards], pools.files, review=review)
     stats = merged["stats"]

@@ -25,13 +25,14 @@ from forge.review.repository import (
 
 
 def apply_reviews(
-    trajs: list[SearchTrajectory], qas: list[SearchQA] = (), *, url: str | None = None, home: Path | None = None
+    trajs: list[SearchTrajectory], qas: list[SearchQA] = (), *, url: str | None = None, home: Path | None = None,
+    actor: str = "synthesis",
 ) -> tuple[list[SearchTrajectory], dict[str, Any]]:
     """Store every trajectory with its critic labels (and its question's gold path) in the workspace's review
     store (``url``, else as :func:`open_workspace_store` finds it); return the trajectories reviewers did not
     reject, with human verdicts overriding the critic's, and counts of what the reviews changed
     (``turns_masked``, ``turns_unmasked``, ``trajectories_rejected``, ``items_changed``, and the store's
-    ``digest``)."""
+    ``digest``). ``actor`` is who stored a new trajectory (the reviewer sees it: which synthesis run)."""
     by_qa = {qa.id: qa for qa in qas}
     engine = open_workspace_store(url, home)
     kept = []
@@ -39,7 +40,7 @@ def apply_reviews(
     try:
         with Session(engine) as session:
             for traj in trajs:
-                add_trajectory(session, traj, qa=by_qa.get(traj.qa_id))
+                add_trajectory(session, traj, actor=actor, qa=by_qa.get(traj.qa_id))
             session.commit()
             for traj in trajs:
                 reviewed = reviewed_trajectory(session, traj.id)

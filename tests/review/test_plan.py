@@ -73,3 +73,13 @@ def test_accept_remaining_judges_only_the_turns_left(engine, make_traj):
         assert accept_remaining(s, traj.id, "alice") == []
         verdicts = s.scalars(select(AuditEvent).where(AuditEvent.actor == "alice", AuditEvent.action == "verdict"))
         assert len(list(verdicts)) == 3
+
+
+def test_view_says_where_a_trajectory_came_from(engine, make_traj):
+    traj = make_traj("provenance")
+    with Session(engine) as s:
+        add_trajectory(s, traj, actor="synthesis in run 1a2b3c4d (tiny)")
+        s.commit()
+        view = trajectory_view(s, traj.id, "alice")
+        assert view.qa_id == "qa-provenance" and view.agent == "planner"
+        assert view.stored.endswith(" UTC by synthesis in run 1a2b3c4d (tiny)")
