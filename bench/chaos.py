@@ -1,7 +1,7 @@
 """Chaos bench: the CI profile's recipe SIGKILLed at seeded random moments, resumed after each kill, and compared
 with an uninterrupted run; then the home on a full disk.
 
-    .venv/bin/python bench/chaos.py [--kills 6] [--seed 0] [--profile tests/profiles/ci.yaml]
+    .venv/bin/python bench/chaos.py [--kills 6] [--seed 0] [--profile configs/ci.yaml]
 
 1. Baseline: the recipe uninterrupted in one scratch checkout, then once more (the stages that run again with
    nothing changed, e.g. ``dvc`` and ``promote``, are not counted as redone below).
@@ -203,7 +203,7 @@ def disk_full_inner(root: Path, profile: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", default=str(REPO / "tests" / "profiles" / "ci.yaml"))
+    parser.add_argument("--profile", default=str(REPO / "configs" / "ci.yaml"))
     parser.add_argument("--kills", type=int, default=6)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--disk-mb", type=int, default=40, help="tmpfs size for the disk-full case (the CI recipe leaves ~75 MB)")

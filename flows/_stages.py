@@ -167,8 +167,9 @@ class RecipeRun:
         if isinstance(result, Checkpoint) and result.version:
             fields["version"] = result.version
         self._record(name, **fields)
-        stage_artifact(self.ctx.tags[FLOW_RUN_ID_TAG], state.state_details.task_run_id, name, fields,
-                       model_name=result.model_name if isinstance(result, Checkpoint) else None)
+        if flow_run_id := self.ctx.tags.get(FLOW_RUN_ID_TAG):  # a run of ours (not a bare test context)
+            stage_artifact(flow_run_id, state.state_details.task_run_id, name, fields,
+                           model_name=result.model_name if isinstance(result, Checkpoint) else None)
         return result
 
     def _record(self, name: str, **fields: Any) -> None:

@@ -39,7 +39,7 @@ from forge.data.cli import app as data_app
 from forge.evals.cli import app as eval_app
 from forge.review.cli import app as review_app
 from forge.search.cli import synth_app, tools_app
-from forge.workspace import MLFLOW_UI_PORT, PREFECT_UI_PORT, configure_environment
+from forge.workspace import MLFLOW_UI_PORT, PREFECT_UI_PORT, Workspace, configure_environment
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Forge: the Nanbeige4.1 post-training recipe.")
 app.add_typer(data_app, name="data", help="Validate and inspect datasets.")
@@ -48,6 +48,9 @@ app.add_typer(tools_app, name="tools", help="The offline deep-search tools (sear
 app.add_typer(synth_app, name="synth", help="Synthesize training data (forge synth search --n 200).")
 app.add_typer(review_app, name="review", help="Review store and dashboard: users, serve, agreement.")
 app.add_typer(eval_app, name="eval", help="Score predictions (forge eval score --suite math preds.jsonl).")
+stack_app = typer.Typer(no_args_is_help=True)
+app.add_typer(stack_app, name="stack", help="A team stack on this machine: Prefect server and worker, MLflow "
+              "server, object store, dashboard (forge stack up / status / down).")
 console = Console()
 
 
@@ -82,8 +85,13 @@ def run(
     profile: str = typer.Option("tiny", help="configs/<profile>.yaml or a path to a YAML profile."),
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override a profile field: KEY=VALUE.")] = None,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
+    remote: bool = typer.Option(False, "--remote", help="Run it as the recipe deployment on the Prefect server "
+                                "(PREFECT_API_URL, or the one `forge stack up` started) and follow it here."),
 ) -> None:
     """Run the whole recipe; finished stages are taken from the cache (a killed run resumes)."""
+    if remote:
+        _run_remote(profile, _overrides(set_ or []))
+        return
     configure_environment()
     _setup_logging(verbose)
     from forge.config import load_profile
@@ -111,6 +119,35 @@ def run(
         f"policy {result.policy.ref} · data md5 {result.data.data_md5} · promotion: {result.release.outcome} · "
         f"{result.seconds:.1f} s"
     )
+
+
+def _run_remote(profile: str, overrides: dict) -> None:
+    from forge.config import load_profile, profile_names
+
+    load_profile(profile, overrides)  # refused here rather than by the server, with the field's line
+    if profile not in profile_names():
+        console.print(f"{profile}: a deployment runs a profile of configs/ ({', '.join(profile_names())})",
+                      style="red", markup=False, highlight=False)
+        raise typer.Exit(2)
+    if not os.environ.get("PREFECT_API_URL"):  # the stack's, when one runs here
+        from forge.stack import StackError, running_pid, stack_config
+
+        try:
+            cfg = stack_config(Workspace.from_env())
+        except StackError as err:
+            cfg = None
+            reason = str(err)
+        if cfg is None or not running_pid(cfg, "prefect"):
+            console.print("--remote needs a Prefect server: set PREFECT_API_URL, or start one with `forge stack up`"
+                          + (f" ({reason})" if cfg is None else ""), style="red", markup=False, soft_wrap=True)
+            raise typer.Exit(2)
+        os.environ.update(cfg.client_env())
+    configure_environment()
+    from flows.remote import run_remote
+
+    state = run_remote(profile, overrides or None, echo=lambda line: console.print(line, markup=False,
+                                                                                  highlight=False))
+    raise typer.Exit(0 if state == "COMPLETED" else 1)
 
 
 def _print_stages(stages: dict) -> None:
@@ -183,7 +220,7 @@ def status(
     runs_dir = ws.home / "runs"
     paths = sorted((p for p in runs_dir.glob("*.json") if p.name != "latest.json"), key=lambda p: p.stat().st_mtime,
                    reverse=True)
-    if not paths:
+    if not paths and not (runs_dir / "latest.json").exists():
         console.print(f"no recipe run yet under {ws.home} (run `forge run`)")
         raise typer.Exit(1)
     if runs:
@@ -263,6 +300,61 @@ def data_checkout(
         console.print(f"what {target}/ held is kept as {kept} (forge data checkout {kept} brings it back)",
                       highlight=False, soft_wrap=True)
     console.print(f"{target}/ is now {md5.removesuffix('.dir')}.dir ({target}.dvc names it)", highlight=False)
+
+
+def _stack():
+    ws = configure_environment()
+    from forge.stack import StackError, stack_config
+
+    try:
+        return stack_config(ws)
+    except StackError as err:
+        console.print(str(err), style="red", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+@stack_app.command("up")
+def stack_up() -> None:
+    """Start the stack's services that are not running (PostgreSQL must be up: FORGE_STACK_DATABASE_URL)."""
+    cfg = _stack()
+    from forge.stack import StackError, up
+
+    try:
+        urls = up(cfg, progress=lambda line: console.print(line, highlight=False))
+    except StackError as err:
+        console.print(str(err), style="red", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    for name, url in urls.items():
+        console.print(f"{name:10}{url}", highlight=False)
+    console.print(f"(clients: export PREFECT_API_URL={cfg.prefect_api} MLFLOW_TRACKING_URI={cfg.url('mlflow')}; "
+                  "forge run --remote submits the recipe deployment)", highlight=False, soft_wrap=True)
+
+
+@stack_app.command("status")
+def stack_status(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Each service of the stack: its process, whether it answers, its URL and log."""
+    cfg = _stack()
+    from forge.stack import status
+
+    report = status(cfg)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    for name, st in report.items():
+        state = "down" if not st["pid"] else "up" if st["answers"] or name == "worker" else "starting"
+        console.print(f"{name:10}{state:9}{st['url'] or '(no port)':28}pid {st['pid'] or '-':<8} {st['log']}",
+                      highlight=False, soft_wrap=True)
+    raise typer.Exit(0 if all(st["pid"] for st in report.values()) else 1)
+
+
+@stack_app.command("down")
+def stack_down() -> None:
+    """Stop exactly what `forge stack up` started."""
+    cfg = _stack()
+    from forge.stack import stop
+
+    stopped = stop(cfg)
+    console.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing of the stack was running")
 
 
 def _interrupt(signum, frame) -> None:

@@ -51,19 +51,25 @@ def init_mlflow(ws: Workspace, tracking_uri: str | None = None) -> MlflowClient:
     """Point MLflow (tracking and registry) at the workspace's store and make the ``forge`` experiment current.
 
     Idempotent. The experiment's artifacts go under ``ws.mlflow_artifacts`` (MLflow's default would be
-    ``./mlruns`` in whatever the cwd is). ``tracking_uri`` overrides the workspace's SQLite store (a team server).
+    ``./mlruns`` in whatever the cwd is). ``tracking_uri``, else a non-SQLite ``MLFLOW_TRACKING_URI``, overrides
+    the workspace's SQLite store: a tracking server (a team's, ``forge stack``'s) stores the artifacts itself.
     """
-    uri = tracking_uri or ws.mlflow_uri
+    configured = os.environ.get("MLFLOW_TRACKING_URI", "")
+    # A store set in the environment wins (a server, PostgreSQL); an embedded SQLite one is the workspace's own.
+    uri = tracking_uri or (configured if configured and not configured.startswith("sqlite:") else ws.mlflow_uri)
+    server = uri.startswith(("http://", "https://"))  # a tracking server keeps the artifacts where it was told
     if uri.startswith("sqlite:"):
         ws.mlflow_dir.mkdir(parents=True, exist_ok=True)
-    ws.mlflow_artifacts.mkdir(parents=True, exist_ok=True)
+    if not server:
+        ws.mlflow_artifacts.mkdir(parents=True, exist_ok=True)
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     experiment = client.get_experiment_by_name(EXPERIMENT)
     if experiment is None:
         try:
-            client.create_experiment(EXPERIMENT, artifact_location=ws.mlflow_artifacts.resolve().as_uri())
+            client.create_experiment(EXPERIMENT, artifact_location=None if server else
+                                     ws.mlflow_artifacts.resolve().as_uri())
         except MlflowException:  # another process created it between our check and our create
             pass
         experiment = client.get_experiment_by_name(EXPERIMENT)

@@ -146,7 +146,7 @@ def test_forge_eval_run_on_a_local_checkpoint(tiny_policy, tmp_path):
 
     out = tmp_path / "science.jsonl"
     result = CliRunner().invoke(app, ["run", "--model", str(tiny_policy), "--suite", "science", "--limit", "3",
-                                      "--profile", "tests/profiles/ci.yaml", "--out", str(out)])
+                                      "--profile", "configs/ci.yaml", "--out", str(out)])
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 3 and all(r["id"].startswith("mmlu:") for r in rows)

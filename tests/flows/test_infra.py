@@ -47,7 +47,7 @@ def test_recipe_parameters_are_a_profile_and_its_overrides():
     schema = recipe.parameters.model_dump()
     assert set(schema["properties"]) == {"profile", "overrides"} and not schema["definitions"]
     profile = schema["properties"]["profile"]
-    assert profile["default"] == "tiny" and profile["enum"] == profile_names() == ["nanbeige-4.1-3b", "tiny"]
+    assert profile["default"] == "tiny" and profile["enum"] == profile_names() == ["ci", "nanbeige-4.1-3b", "tiny"]
     # What a deployment checks before it creates a run: a profile that is not shipped is refused.
     validate({"profile": "tiny", "overrides": {"sft.packing": False}}, schema, raise_on_error=True)
     with pytest.raises(ValidationError, match="profile"):

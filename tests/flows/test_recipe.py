@@ -21,7 +21,7 @@ import pytest
 from forge.workspace import REPO_ROOT
 
 pytestmark = pytest.mark.slow
-PROFILE = REPO_ROOT / "tests" / "profiles" / "ci.yaml"
+PROFILE = REPO_ROOT / "configs" / "ci.yaml"
 FORGE = str(Path(sys.executable).parent / "forge")
 TRAINING_STAGES = ("pretrain", "sft-1-ctx-128", "sft-2-ctx-256", "sft-3-ctx-512", "rm-pointwise", "grpo-pointwise",
                    "rm-pairwise", "grpo-pairwise", "code-warmup", "code-rl-filter-1", "code-rl-stage1",

@@ -1,0 +1,317 @@
+"""A team's stack, started on this machine as real processes: a Prefect server on PostgreSQL with a process work
+pool and its worker, an MLflow tracking server (PostgreSQL backend store, artifacts in an S3-compatible object
+store, served through the tracking server), the object store, and the review dashboard on PostgreSQL.
+
+    forge stack up       # starts whatever is not running, waits until each answers, prints the URLs
+    forge stack status   # each service: running or not, its URL, its log
+    forge stack down     # stops exactly what `up` started (its PID files), whole process groups
+
+Everything binds 127.0.0.1 and keeps its PID file and log under ``<home>/stack/``. Secrets come from the
+environment or from a ``.env`` file in the checkout (``KEY=VALUE`` lines; the environment wins), never from a
+default: ``up`` refuses to start while one is missing (:data:`REQUIRED`). The object store is moto's S3 server:
+no S3-compatible server is packaged for Debian here or published on PyPI (MinIO ships only binaries), so this
+stack uses the one that is; a team points ``FORGE_STACK_S3_URL`` at its own store and the S3 process is not
+started. docs/architecture.md, "Team deployment", has the layout and what each process gets.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from forge.workspace import MLFLOW_UI_PORT, PREFECT_UI_PORT, Workspace
+
+REQUIRED = {
+    "FORGE_STACK_DATABASE_URL": "the PostgreSQL server, as postgresql://USER[:PASSWORD]@HOST:PORT (no database: "
+                                "the stack makes its own)",
+    "AWS_ACCESS_KEY_ID": "the object store's access key",
+    "AWS_SECRET_ACCESS_KEY": "the object store's secret key",
+}
+WORK_POOL = "forge-process"
+BUCKET = "forge"
+PORTS = {"s3": 9000, "prefect": PREFECT_UI_PORT, "mlflow": MLFLOW_UI_PORT, "dashboard": 8501}
+START_TIMEOUT_S = 180.0  # the Prefect server takes ~20 s on a loaded 2-core machine, migrations ~60 s the first time
+
+
+class StackError(RuntimeError):
+    """The stack cannot start or stop as asked; the message says what is missing or which service failed."""
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """``KEY=VALUE`` lines (``#`` comments, blank lines, optional quotes); a malformed line is named."""
+    values: dict[str, str] = {}
+    if not path.exists():
+        return values
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.removeprefix("export ").partition("=")
+        if not sep or not key.strip():
+            raise StackError(f"{path}:{number}: expected KEY=VALUE, got {line[:60]!r}")
+        values[key.strip()] = value.strip().strip("'\"")
+    return values
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """Where the stack's services live and what they are given; built by :func:`stack_config`."""
+
+    home: Path
+    root: Path
+    database_url: str  # postgresql://user[:password]@host:port
+    db_prefix: str
+    secrets: dict[str, str]
+    ports: dict[str, int]
+    s3_url: str | None = None  # an outside object store: then no S3 process is started
+
+    @property
+    def dir(self) -> Path:
+        return self.home / "stack"
+
+    def database(self, name: str, driver: str = "") -> str:
+        scheme, rest = self.database_url.split("://", 1)
+        return f"{scheme.split('+')[0]}{'+' + driver if driver else ''}://{rest.rstrip('/')}/{self.db_prefix}{name}"
+
+    @property
+    def endpoint(self) -> str:
+        return self.s3_url or f"http://127.0.0.1:{self.ports['s3']}"
+
+    def url(self, service: str) -> str:
+        return self.endpoint if service == "s3" else f"http://127.0.0.1:{self.ports[service]}"
+
+    @property
+    def prefect_api(self) -> str:
+        return f"{self.url('prefect')}/api"
+
+    def client_env(self) -> dict[str, str]:
+        """What a process needs to use the stack: Prefect's API, MLflow's server, the review store, S3."""
+        return {
+            "PREFECT_API_URL": self.prefect_api,
+            "MLFLOW_TRACKING_URI": self.url("mlflow"),
+            "MLFLOW_REGISTRY_URI": self.url("mlflow"),
+            "FORGE_REVIEW_DB_URL": self.database("review", "psycopg2"),
+            "MLFLOW_S3_ENDPOINT_URL": self.endpoint,
+            **self.secrets,
+        }
+
+
+def stack_config(ws: Workspace) -> StackConfig:
+    """The stack's settings from the environment and ``<checkout>/.env``; a missing secret is a
+    :class:`StackError` naming each one and what it is."""
+    values = {**read_env_file(ws.root / ".env"), **os.environ}
+    missing = [f"{key} ({what})" for key, what in REQUIRED.items() if not values.get(key)]
+    if missing:
+        raise StackError("forge stack needs, in the environment or in " f"{ws.root / '.env'}: " + "; ".join(missing))
+    ports = {name: int(values.get(f"FORGE_STACK_{name.upper()}_PORT", port)) for name, port in PORTS.items()}
+    secrets = {k: values[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    return StackConfig(home=ws.home, root=ws.root, database_url=values["FORGE_STACK_DATABASE_URL"],
+                       db_prefix=values.get("FORGE_STACK_DB_PREFIX", "forge_"), secrets=secrets, ports=ports,
+                       s3_url=values.get("FORGE_STACK_S3_URL") or None)
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    command: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    health: str | None = None  # a URL answering 200 once the service is up
+
+
+def services(cfg: StackConfig) -> list[Service]:
+    """The processes of the stack, in start order (each after what it needs)."""
+    bindir = Path(sys.executable).parent
+    out = []
+    if cfg.s3_url is None:
+        out.append(Service("s3", [str(bindir / "moto_server"), "-H", "127.0.0.1", "-p", str(cfg.ports["s3"])],
+                           health=f"{cfg.url('s3')}/moto-api/"))
+    prefect_env = {"PREFECT_API_DATABASE_CONNECTION_URL": cfg.database("prefect", "asyncpg"),
+                   "PREFECT_HOME": str(cfg.dir / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+                   "PREFECT_UI_API_URL": cfg.prefect_api}
+    out.append(Service("prefect", [str(bindir / "prefect"), "server", "start", "--host", "127.0.0.1", "--port",
+                                   str(cfg.ports["prefect"])], prefect_env, f"{cfg.prefect_api}/health"))
+    out.append(Service("mlflow", [
+        str(bindir / "mlflow"), "server", "--backend-store-uri", cfg.database("mlflow", "psycopg2"),
+        "--artifacts-destination", f"s3://{BUCKET}/mlflow", "--serve-artifacts", "--host", "127.0.0.1",
+        "--port", str(cfg.ports["mlflow"])], {"MLFLOW_S3_ENDPOINT_URL": cfg.endpoint, **cfg.secrets},
+        f"{cfg.url('mlflow')}/health"))
+    # The worker runs flow runs in this checkout with this home: the stack's client settings, Forge's own.
+    worker_env = {**cfg.client_env(), "FORGE_ROOT": str(cfg.root), "FORGE_HOME": str(cfg.home),
+                  "PREFECT_HOME": str(cfg.dir / "worker-home")}
+    out.append(Service("worker", [str(bindir / "prefect"), "worker", "start", "--pool", WORK_POOL, "--type",
+                                  "process"], worker_env))
+    out.append(Service("dashboard", [str(bindir / "forge"), "review", "serve", "--port", str(cfg.ports["dashboard"])],
+                       {**cfg.client_env(), "FORGE_HOME": str(cfg.home), "FORGE_ROOT": str(cfg.root)},
+                       f"{cfg.url('dashboard')}/_stcore/health"))
+    return out
+
+
+def _pid_file(cfg: StackConfig, name: str) -> Path:
+    return cfg.dir / f"{name}.pid"
+
+
+def running_pid(cfg: StackConfig, name: str) -> int | None:
+    """The PID ``up`` recorded for ``name`` if that process is still alive, else None (a stale file is removed)."""
+    path = _pid_file(cfg, name)
+    try:
+        pid = int(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    if not _live_members(pid):
+        path.unlink(missing_ok=True)
+        return None
+    return pid
+
+
+def _stat(pid: str) -> tuple[str, int] | None:
+    """(state, process group) of a process from /proc, None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, pgrp, ...
+    return fields[0], int(fields[2])
+
+
+def _live_members(pgid: int) -> list[int]:
+    """The processes of group ``pgid`` that are not zombies (a killed process whose parent is gone may stay a
+    zombie where nothing reaps orphans, as in a container whose PID 1 is a shell)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (st := _stat(entry)) is not None and st[1] == pgid and st[0] != "Z":
+            members.append(int(entry))
+    return members
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=3) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _create_databases(cfg: StackConfig) -> None:
+    """The stack's databases, and the pg_trgm extension Prefect's server needs."""
+    import psycopg2
+
+    admin = cfg.database_url.rstrip("/") + "/postgres"
+    conn = psycopg2.connect(admin.replace("postgresql+psycopg2://", "postgresql://"))
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            for name in ("prefect", "mlflow", "review"):
+                cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (f"{cfg.db_prefix}{name}",))
+                if cur.fetchone() is None:
+                    cur.execute(f'CREATE DATABASE "{cfg.db_prefix}{name}"')
+    finally:
+        conn.close()
+    conn = psycopg2.connect(cfg.database("prefect"))
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+    finally:
+        conn.close()
+
+
+def _create_bucket(cfg: StackConfig) -> None:
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=cfg.endpoint, aws_access_key_id=cfg.secrets["AWS_ACCESS_KEY_ID"],
+                      aws_secret_access_key=cfg.secrets["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")
+    if BUCKET not in {b["Name"] for b in s3.list_buckets().get("Buckets", [])}:
+        s3.create_bucket(Bucket=BUCKET)
+
+
+def _start(cfg: StackConfig, service: Service) -> int:
+    log = open(cfg.dir / f"{service.name}.log", "ab")  # noqa: SIM115 - the child holds it; ours closes below
+    try:
+        proc = subprocess.Popen(service.command, env={**os.environ, **service.env}, cwd=cfg.root, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    finally:
+        log.close()
+    _pid_file(cfg, service.name).write_text(str(proc.pid))
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while service.health and not _answers(service.health):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            tail = (cfg.dir / f"{service.name}.log").read_text(errors="replace")[-1500:]
+            stop(cfg)
+            raise StackError(f"{service.name} did not come up ({service.health}); its log "
+                             f"{cfg.dir / service.name}.log ends:\n{tail}")
+        time.sleep(0.5)
+    return proc.pid
+
+
+def _register_deployments(cfg: StackConfig) -> None:
+    """The work pool and the deployments of infra/prefect.yaml on the stack's Prefect server."""
+    bindir = Path(sys.executable).parent
+    env = {**os.environ, **cfg.client_env(), "FORGE_ROOT": str(cfg.root),
+           "PREFECT_HOME": str(cfg.dir / "client-home")}
+    for args in (["work-pool", "create", WORK_POOL, "--type", "process", "--overwrite"],
+                 ["--no-prompt", "deploy", "--prefect-file", "infra/prefect.yaml", "--all"]):
+        proc = subprocess.run([str(bindir / "prefect"), *args], env=env, cwd=cfg.root, capture_output=True,
+                              text=True, check=False)
+        if proc.returncode != 0:
+            raise StackError(f"`prefect {' '.join(args)}` failed:\n{(proc.stdout + proc.stderr)[-1500:]}")
+
+
+def up(cfg: StackConfig, progress=print) -> dict[str, str]:
+    """Start every service not running yet, in order, each once it answers; returns service → URL."""
+    cfg.dir.mkdir(parents=True, exist_ok=True)
+    _create_databases(cfg)
+    for service in services(cfg):
+        if running_pid(cfg, service.name):
+            progress(f"{service.name}: already running")
+            continue
+        progress(f"{service.name}: starting")
+        _start(cfg, service)
+        if service.name == "s3":
+            _create_bucket(cfg)
+        if service.name == "prefect":
+            _register_deployments(cfg)
+    return {s.name: cfg.url(s.name) for s in services(cfg) if s.name != "worker"}
+
+
+def status(cfg: StackConfig) -> dict[str, dict]:
+    return {s.name: {"pid": running_pid(cfg, s.name), "url": None if s.name == "worker" else cfg.url(s.name),
+                     "answers": bool(s.health and _answers(s.health)), "log": str(cfg.dir / f"{s.name}.log")}
+            for s in services(cfg)}
+
+
+def stop(cfg: StackConfig, timeout_s: float = 20.0) -> list[str]:
+    """Stop what ``up`` started, in reverse order: SIGTERM to each process group, SIGKILL to what is left."""
+    stopped = []
+    for service in reversed(services(cfg)):
+        pid = running_pid(cfg, service.name)
+        if pid is None:
+            continue
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and _live_members(pid):
+            _reap(pid)
+            time.sleep(0.2)
+        if _live_members(pid):
+            os.killpg(pid, signal.SIGKILL)
+        _reap(pid)
+        _pid_file(cfg, service.name).unlink(missing_ok=True)
+        stopped.append(service.name)
+    return stopped
+
+
+def _reap(pid: int) -> None:
+    """Collect ``pid`` if it is our child (``up`` and ``down`` in one process: tests, a service manager)."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
