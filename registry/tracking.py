@@ -51,12 +51,14 @@ def init_mlflow(ws: Workspace, tracking_uri: str | None = None) -> MlflowClient:
     """Point MLflow (tracking and registry) at the workspace's store and make the ``forge`` experiment current.
 
     Idempotent. The experiment's artifacts go under ``ws.mlflow_artifacts`` (MLflow's default would be
-    ``./mlruns`` in whatever the cwd is). ``tracking_uri``, else a non-SQLite ``MLFLOW_TRACKING_URI``, overrides
-    the workspace's SQLite store: a tracking server (a team's, ``forge stack``'s) stores the artifacts itself.
+    ``./mlruns`` in whatever the cwd is). ``tracking_uri``, else an http(s) ``MLFLOW_TRACKING_URI``, overrides the
+    workspace's SQLite store: a tracking server (a team's, ``forge stack``'s) stores the artifacts itself.
     """
     configured = os.environ.get("MLFLOW_TRACKING_URI", "")
-    # A store set in the environment wins (a server, PostgreSQL); an embedded SQLite one is the workspace's own.
-    uri = tracking_uri or (configured if configured and not configured.startswith("sqlite:") else ws.mlflow_uri)
+    # A tracking server named in the environment wins (a team's, `forge stack`'s). Only a server: MLflow itself
+    # writes whatever `set_tracking_uri` was last given into this variable, so a store URI there proves nothing.
+    server_env = configured if configured.startswith(("http://", "https://")) else None
+    uri = tracking_uri or server_env or ws.mlflow_uri
     server = uri.startswith(("http://", "https://"))  # a tracking server keeps the artifacts where it was told
     if uri.startswith("sqlite:"):
         ws.mlflow_dir.mkdir(parents=True, exist_ok=True)

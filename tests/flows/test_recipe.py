@@ -346,3 +346,25 @@ def test_data_checkout_restores_the_data_a_model_was_trained_on(scenario):
     assert read_data_md5(root) == trained_on and data_status_clean(root)
     missing = _forge(root, "data", "checkout", "models:/forge-policy/999", timeout=120)
     assert missing.returncode == 1 and "no such registered version" in missing.stdout
+
+
+def test_two_profiles_in_one_checkout_each_keep_their_data(scenario):
+    # Another profile (here the CI one with another mix: name and sample) runs in the same checkout after the
+    # first: each run's models name their own data version, and either comes back whole.
+    import mlflow
+
+    from forge.data.versioning import data_status_clean, read_data_md5
+
+    root = scenario["root"]
+    uri = f"sqlite:///{root / '.forge' / 'mlflow' / 'mlflow.db'}"
+    client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
+    first = client.get_model_version_by_alias("forge-policy", "champion")
+    other = _forge(root, "run", "--profile", str(PROFILE), "--set", "mix.name=sft-ci-other", "--set", "mix.seed=1")
+    assert other.returncode == 0, other.stdout[-3000:] + other.stderr[-3000:]
+    newest = max(client.search_model_versions("name = 'forge-policy'"), key=lambda v: int(v.version))
+    mine, theirs = first.tags["forge.data_md5"], newest.tags["forge.data_md5"]
+    assert theirs == read_data_md5(root) != mine
+    for version, md5 in ((first.version, mine), (newest.version, theirs)):
+        out = _forge(root, "data", "checkout", f"models:/forge-policy/{version}", timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert read_data_md5(root) == md5 and data_status_clean(root)
