@@ -164,7 +164,7 @@ def running_pid(cfg: StackConfig, name: str) -> int | None:
         pid = int(path.read_text().strip())
     except (FileNotFoundError, ValueError):
         return None
-    if not _live_members(pid):
+    if not live_members(pid):
         path.unlink(missing_ok=True)
         return None
     return pid
@@ -180,7 +180,7 @@ def _stat(pid: str) -> tuple[str, int] | None:
     return fields[0], int(fields[2])
 
 
-def _live_members(pgid: int) -> list[int]:
+def live_members(pgid: int) -> list[int]:
     """The processes of group ``pgid`` that are not zombies (a killed process whose parent is gone may stay a
     zombie where nothing reaps orphans, as in a container whose PID 1 is a shell)."""
     members = []
@@ -298,10 +298,10 @@ def stop(cfg: StackConfig, timeout_s: float = 20.0) -> list[str]:
         except ProcessLookupError:
             pass
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and _live_members(pid):
+        while time.monotonic() < deadline and live_members(pid):
             _reap(pid)
             time.sleep(0.2)
-        if _live_members(pid):
+        if live_members(pid):
             os.killpg(pid, signal.SIGKILL)
         _reap(pid)
         _pid_file(cfg, service.name).unlink(missing_ok=True)

@@ -81,16 +81,9 @@ def _checkout(root: Path) -> None:
 
 def _groups_alive(pgids: list[int]) -> list[int]:
     """Those of ``pgids`` with a process that is not a zombie."""
-    alive = set()
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            text = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        state, _, pgrp = text[text.rindex(")") + 2 :].split()[:3]
-        if state != "Z" and int(pgrp) in pgids:
-            alive.add(int(pgrp))
-    return sorted(alive)
+    from forge.stack import live_members
+
+    return [pgid for pgid in pgids if live_members(pgid)]
 
 
 @pytest.mark.slow
