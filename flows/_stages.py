@@ -34,6 +34,7 @@ from flows.links import (
     tag_flow_run,
 )
 from forge.atomic import atomic_write_text
+from forge.fanout import fans_out
 from forge.stages import Checkpoint, DataMix, Release, StageResult
 from forge.workspace import DiskFullError, Workspace, disk_full, disk_full_message
 from registry.tracking import (
@@ -139,13 +140,34 @@ class RecipeRun:
     def stage(self, name: str, task: Any, /, **inputs: Any) -> Any:
         """Run ``task`` as stage ``name`` with keyword ``inputs`` (plus this run's ``ctx`` when the task takes one):
         record state, time and result in the summary, and recompute a cache hit whose files are gone."""
+        task, inputs, started = self._begin(name, task, inputs)
+        return self._finish(name, task, inputs, started, task(return_state=True, **inputs))
+
+    def stages(self, calls: list[tuple[str, Any, dict[str, Any]]]) -> list[Any]:
+        """Independent stages ``(name, task, inputs)``: submitted together when the flow runs on a Ray cluster
+        (forge/fanout.py), else run one after another; either way each is recorded as :meth:`stage` records it."""
+        if not fans_out():
+            return [self.stage(name, task, **inputs) for name, task, inputs in calls]
+        submitted = []
+        for name, task, inputs in calls:
+            task, inputs, started = self._begin(name, task, inputs)
+            submitted.append((name, task, inputs, started, task.submit(**inputs)))
+        results = []
+        for name, task, inputs, started, future in submitted:
+            future.wait()
+            results.append(self._finish(name, task, inputs, started, future.state))
+        return results
+
+    def _begin(self, name: str, task: Any, inputs: dict[str, Any]) -> tuple[Any, dict[str, Any], float]:
         if "ctx" in inspect.signature(task.fn).parameters:
-            inputs["ctx"] = self.ctx
+            inputs = {**inputs, "ctx": self.ctx}
         task = task.with_options(task_run_name=name)  # the Prefect UI names the run after the stage
         started = time.time()
         self._record(name, state="running", started=started)
         log.info("stage %s: started", name)
-        state = task(return_state=True, **inputs)
+        return task, inputs, started
+
+    def _finish(self, name: str, task: Any, inputs: dict[str, Any], started: float, state: Any) -> Any:
         try:
             result = state.result()
         except Exception as err:

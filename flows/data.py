@@ -10,6 +10,7 @@ from flows._stages import RecipeRun
 from flows.links import name_phase_run
 from flows.search import synthesize_search
 from forge.config import RecipeConfig
+from forge.fanout import on_cluster
 from forge.stages import Base, DataMix
 from tasks.code import code_drills_task
 from tasks.data import build_mix_task, build_pools_task, digest_corpora, version_data_task
@@ -20,7 +21,7 @@ from tasks.refinement import cot_reconstruction_task, refined_mix_task, solution
 def data_flow(config: RecipeConfig, run: RecipeRun, *, base: Base) -> DataMix:
     pools = run.stage("pools", build_pools_task, cfg=config.pools, corpora=digest_corpora())
     if config.deep_search.enabled:  # §2.2.1: graph-walk QAs and agent trajectories join deep_search / tool_use
-        pools = synthesize_search(config.deep_search, run, pools=pools)
+        pools = on_cluster(synthesize_search, config.cluster)(config.deep_search, run, pools=pools)
     if config.code_rl.enabled and config.code_rl.drills.sft_per_op:  # the tiny code family joins the code pool
         pools = run.stage("code-drills", code_drills_task, cfg=config.code_rl.drills, seed=config.seed, pools=pools)
     refine = config.refinement.enabled

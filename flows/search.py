@@ -1,5 +1,6 @@
 """Deep-search synthesis flow (§2.2.1): head-entity shards → QAs + agent trajectories + critic → review store →
-deep_search / tool_use pools for the mix. Called by flows/data.py."""
+deep_search / tool_use pools for the mix. Called by flows/data.py; the shards are independent, so on a Ray
+cluster (the profile's ``cluster.ray_address``, forge/fanout.py) they run side by side."""
 
 from __future__ import annotations
 
@@ -16,8 +17,7 @@ from tasks.search import merge_search_task, review_digest_task, synthesize_shard
 @flow(name="synthesize-search", flow_run_name=name_phase_run)
 def synthesize_search(config: DeepSearchConfig, run: RecipeRun, *, pools: Pools) -> Pools:
     corpora = digest_corpora()
-    shards = [run.stage(f"search-shard-{i + 1}-of-{config.num_shards}", synthesize_shard_task, cfg=config, shard=i,
-                        corpora=corpora)
-              for i in range(config.num_shards)]
+    shards = run.stages([(f"search-shard-{i + 1}-of-{config.num_shards}", synthesize_shard_task,
+                          {"cfg": config, "shard": i, "corpora": corpora}) for i in range(config.num_shards)])
     return run.stage("search-merge", merge_search_task, cfg=config, shards=shards, pools=pools,
                      reviews=review_digest_task(config))

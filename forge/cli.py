@@ -290,7 +290,7 @@ def data_checkout(
         except LineageError as err:
             console.print(str(err), style="red", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(1) from None
-    ensure_dvc(ws.root, ws.dvc_remote)
+    ensure_dvc(ws.root, ws.dvc_remote_url)
     try:
         kept = checkout_data(ws.root, md5, target)
     except DVCError as err:
@@ -302,21 +302,49 @@ def data_checkout(
     console.print(f"{target}/ is now {md5.removesuffix('.dir')}.dir ({target}.dvc names it)", highlight=False)
 
 
-def _stack():
+def _data_remote(action: str, targets: list[str]) -> None:
+    ws = configure_environment()
+    from forge.data.versioning import TARGETS, DVCError, ensure_dvc, pull_data, push_data
+
+    try:
+        ensure_dvc(ws.root, ws.dvc_remote_url)
+        summary = (push_data if action == "push" else pull_data)(ws.root, tuple(targets or TARGETS))
+    except DVCError as err:
+        console.print(str(err), style="red", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    console.print(f"{ws.dvc_remote_url}: {summary}", markup=False, highlight=False, soft_wrap=True)
+
+
+@data_app.command("push")
+def data_push(target: Annotated[list[str] | None, typer.Option(help="data and/or rl-data (default: both that "
+                                                                    "are versioned).")] = None) -> None:
+    """Send the versions data.dvc and rl-data.dvc name to the DVC remote (FORGE_DVC_REMOTE, else the home's)."""
+    _data_remote("push", target or [])
+
+
+@data_app.command("pull")
+def data_pull(target: Annotated[list[str] | None, typer.Option(help="data and/or rl-data (default: both that "
+                                                                    "are versioned).")] = None) -> None:
+    """Fetch those versions into data/ and rl-data/, each object checked: a missing or corrupted one fails."""
+    _data_remote("pull", target or [])
+
+
+def _stack(ray: bool = False):
     ws = configure_environment()
     from forge.stack import StackError, stack_config
 
     try:
-        return stack_config(ws)
+        return stack_config(ws, ray=ray)
     except StackError as err:
         console.print(str(err), style="red", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
 
 @stack_app.command("up")
-def stack_up() -> None:
+def stack_up(ray: bool = typer.Option(False, "--ray", help="Also a two-node Ray cluster on loopback (one CPU "
+                                      "each) for fanned-out stages: profile field cluster.ray_address.")) -> None:
     """Start the stack's services that are not running (PostgreSQL must be up: FORGE_STACK_DATABASE_URL)."""
-    cfg = _stack()
+    cfg = _stack(ray)
     from forge.stack import StackError, up
 
     try:
@@ -328,6 +356,9 @@ def stack_up() -> None:
         console.print(f"{name:10}{url}", highlight=False)
     console.print(f"(clients: export PREFECT_API_URL={cfg.prefect_api} MLFLOW_TRACKING_URI={cfg.url('mlflow')}; "
                   "forge run --remote submits the recipe deployment)", highlight=False, soft_wrap=True)
+    if ray:
+        console.print(f"(synthesis shards fan out on Ray with --set cluster.ray_address={cfg.ray_address})",
+                      highlight=False, soft_wrap=True)
 
 
 @stack_app.command("status")
@@ -341,7 +372,7 @@ def stack_status(as_json: bool = typer.Option(False, "--json")) -> None:
         typer.echo(json.dumps(report, indent=2))
         return
     for name, st in report.items():
-        state = "down" if not st["pid"] else "up" if st["answers"] or name == "worker" else "starting"
+        state = "down" if not st["pid"] else "up" if st["answers"] else "starting"
         console.print(f"{name:10}{state:9}{st['url'] or '(no port)':28}pid {st['pid'] or '-':<8} {st['log']}",
                       highlight=False, soft_wrap=True)
     raise typer.Exit(0 if all(st["pid"] for st in report.values()) else 1)

@@ -381,6 +381,14 @@ class TrainingRuntimeConfig(Strict):
     threads: int = Field(0, ge=0, description="torch threads; 0 = all cores.")
 
 
+class ClusterConfig(Strict):
+    """Where independent stages fan out (forge/fanout.py); where to compute, never what: no stage's input."""
+
+    ray_address: str | None = Field(
+        None, description="A Ray cluster (HOST:PORT; `forge stack up --ray` starts one): deep-search synthesis "
+        "shards run on it through prefect-ray's task runner. None = in this process, one after another.")
+
+
 class HumanEvalConfig(Strict):
     limit: int | None = Field(None, ge=1, description="First N problems only (None = all 164).")
     max_new_tokens: int = Field(128, ge=1)
@@ -562,6 +570,7 @@ class RecipeConfig(Strict):
     agentic_rl: AgenticRLConfig = AgenticRLConfig()
     generation: GenerationConfig = GenerationConfig()
     runtime: TrainingRuntimeConfig = TrainingRuntimeConfig()
+    cluster: ClusterConfig = ClusterConfig()
     eval: EvalConfig = EvalConfig()
     promotion: PromotionConfig = PromotionConfig()
 

@@ -3,6 +3,7 @@ pool and its worker, an MLflow tracking server (PostgreSQL backend store, artifa
 store, served through the tracking server), the object store, and the review dashboard on PostgreSQL.
 
     forge stack up       # starts whatever is not running, waits until each answers, prints the URLs
+    forge stack up --ray # and a two-node Ray cluster (a head and a worker node, one CPU each) for fan-out
     forge stack status   # each service: running or not, its URL, its log
     forge stack down     # stops exactly what `up` started (its PID files), whole process groups
 
@@ -37,6 +38,8 @@ REQUIRED = {
 WORK_POOL = "forge-process"
 BUCKET = "forge"
 PORTS = {"s3": 9000, "prefect": PREFECT_UI_PORT, "mlflow": MLFLOW_UI_PORT, "dashboard": 8501}
+RAY_PORT = 6385  # Ray's own default, 6379, is Redis's
+RAY_SERVICES = ("ray-head", "ray-node")
 START_TIMEOUT_S = 180.0  # the Prefect server takes ~20 s on a loaded 2-core machine, migrations ~60 s the first time
 
 
@@ -71,6 +74,8 @@ class StackConfig:
     secrets: dict[str, str]
     ports: dict[str, int]
     s3_url: str | None = None  # an outside object store: then no S3 process is started
+    ray: bool = False  # up starts the Ray cluster too (down and status include it whenever it runs)
+    ray_port: int = RAY_PORT
 
     @property
     def dir(self) -> Path:
@@ -85,25 +90,35 @@ class StackConfig:
         return self.s3_url or f"http://127.0.0.1:{self.ports['s3']}"
 
     def url(self, service: str) -> str:
+        if service.startswith("ray"):
+            return self.ray_address
         return self.endpoint if service == "s3" else f"http://127.0.0.1:{self.ports[service]}"
+
+    @property
+    def ray_address(self) -> str:
+        return f"127.0.0.1:{self.ray_port}"
 
     @property
     def prefect_api(self) -> str:
         return f"{self.url('prefect')}/api"
 
     def client_env(self) -> dict[str, str]:
-        """What a process needs to use the stack: Prefect's API, MLflow's server, the review store, S3."""
+        """What a process needs to use the stack: Prefect's API, MLflow's server, the review store, S3 (MLflow's
+        artifacts and DVC's data versions)."""
         return {
             "PREFECT_API_URL": self.prefect_api,
             "MLFLOW_TRACKING_URI": self.url("mlflow"),
             "MLFLOW_REGISTRY_URI": self.url("mlflow"),
             "FORGE_REVIEW_DB_URL": self.database("review", "psycopg2"),
             "MLFLOW_S3_ENDPOINT_URL": self.endpoint,
+            # The data versions go to the bucket too (forge/data/versioning.py: a dvc-s3 remote).
+            "FORGE_DVC_REMOTE": f"s3://{BUCKET}/dvc",
+            "AWS_ENDPOINT_URL": self.endpoint,
             **self.secrets,
         }
 
 
-def stack_config(ws: Workspace) -> StackConfig:
+def stack_config(ws: Workspace, *, ray: bool = False) -> StackConfig:
     """The stack's settings from the environment and ``<checkout>/.env``; a missing secret is a
     :class:`StackError` naming each one and what it is."""
     values = {**read_env_file(ws.root / ".env"), **os.environ}
@@ -114,7 +129,8 @@ def stack_config(ws: Workspace) -> StackConfig:
     secrets = {k: values[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
     return StackConfig(home=ws.home, root=ws.root, database_url=values["FORGE_STACK_DATABASE_URL"],
                        db_prefix=values.get("FORGE_STACK_DB_PREFIX", "forge_"), secrets=secrets, ports=ports,
-                       s3_url=values.get("FORGE_STACK_S3_URL") or None)
+                       s3_url=values.get("FORGE_STACK_S3_URL") or None, ray=ray,
+                       ray_port=int(values.get("FORGE_STACK_RAY_PORT", RAY_PORT)))
 
 
 @dataclass(frozen=True)
@@ -123,6 +139,7 @@ class Service:
     command: list[str]
     env: dict[str, str] = field(default_factory=dict)
     health: str | None = None  # a URL answering 200 once the service is up
+    started_line: str | None = None  # or a line its log prints once it is up (no HTTP endpoint)
 
 
 def services(cfg: StackConfig) -> list[Service]:
@@ -142,6 +159,8 @@ def services(cfg: StackConfig) -> list[Service]:
         "--artifacts-destination", f"s3://{BUCKET}/mlflow", "--serve-artifacts", "--host", "127.0.0.1",
         "--port", str(cfg.ports["mlflow"])], {"MLFLOW_S3_ENDPOINT_URL": cfg.endpoint, **cfg.secrets},
         f"{cfg.url('mlflow')}/health"))
+    if cfg.ray or any(_pid_file(cfg, name).exists() for name in RAY_SERVICES):
+        out += ray_services(cfg)
     # The worker runs flow runs in this checkout with this home: the stack's client settings, Forge's own.
     worker_env = {**cfg.client_env(), "FORGE_ROOT": str(cfg.root), "FORGE_HOME": str(cfg.home),
                   "PREFECT_HOME": str(cfg.dir / "worker-home")}
@@ -151,6 +170,20 @@ def services(cfg: StackConfig) -> list[Service]:
                        {**cfg.client_env(), "FORGE_HOME": str(cfg.home), "FORGE_ROOT": str(cfg.root)},
                        f"{cfg.url('dashboard')}/_stcore/health"))
     return out
+
+
+def ray_services(cfg: StackConfig) -> list[Service]:
+    """A Ray cluster of two nodes on loopback, one CPU each: the head (GCS on ``cfg.ray_port``, no dashboard) and
+    a worker node. ``ray start --block`` keeps each node's processes in the group ``down`` stops."""
+    ray = str(Path(sys.executable).parent / "ray")
+    # A small object store: stage results travel through Prefect's result storage, not Ray's (default: 30% of RAM).
+    common = ["--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--object-store-memory", str(256 << 20),
+              "--disable-usage-stats", "--block"]
+    env = {"RAY_USAGE_STATS_ENABLED": "0"}
+    ready = "Ray runtime started."
+    return [Service("ray-head", [ray, "start", "--head", "--port", str(cfg.ray_port), "--include-dashboard", "false",
+                                 *common], env, started_line=ready),
+            Service("ray-node", [ray, "start", "--address", cfg.ray_address, *common], env, started_line=ready)]
 
 
 def _pid_file(cfg: StackConfig, name: str) -> Path:
@@ -231,8 +264,11 @@ def _create_bucket(cfg: StackConfig) -> None:
         s3.create_bucket(Bucket=BUCKET)
 
 
-def _start(cfg: StackConfig, service: Service) -> int:
-    log = open(cfg.dir / f"{service.name}.log", "ab")  # noqa: SIM115 - the child holds it; ours closes below
+def start(cfg: StackConfig, service: Service) -> int:
+    """Start ``service`` in a process group of its own, its output in its log; returns once it is up."""
+    log_path = cfg.dir / f"{service.name}.log"
+    offset = log_path.stat().st_size if log_path.exists() else 0
+    log = open(log_path, "ab")  # noqa: SIM115 - the child holds it; ours closes below
     try:
         proc = subprocess.Popen(service.command, env={**os.environ, **service.env}, cwd=cfg.root, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
@@ -240,14 +276,24 @@ def _start(cfg: StackConfig, service: Service) -> int:
         log.close()
     _pid_file(cfg, service.name).write_text(str(proc.pid))
     deadline = time.monotonic() + START_TIMEOUT_S
-    while service.health and not _answers(service.health):
+    while not _up(service, log_path, offset):
         if proc.poll() is not None or time.monotonic() > deadline:
-            tail = (cfg.dir / f"{service.name}.log").read_text(errors="replace")[-1500:]
-            stop(cfg)
-            raise StackError(f"{service.name} did not come up ({service.health}); its log "
-                             f"{cfg.dir / service.name}.log ends:\n{tail}")
+            tail = log_path.read_text(errors="replace")[-1500:]
+            stop(cfg, only=[service])
+            raise StackError(f"{service.name} did not come up ({service.health or service.started_line}); its log "
+                             f"{log_path} ends:\n{tail}")
         time.sleep(0.5)
     return proc.pid
+
+
+def _up(service: Service, log_path: Path, offset: int) -> bool:
+    if service.health:
+        return _answers(service.health)
+    if service.started_line:
+        with open(log_path, "rb") as f:
+            f.seek(offset)
+            return service.started_line.encode() in f.read()
+    return True
 
 
 def _register_deployments(cfg: StackConfig) -> None:
@@ -272,7 +318,11 @@ def up(cfg: StackConfig, progress=print) -> dict[str, str]:
             progress(f"{service.name}: already running")
             continue
         progress(f"{service.name}: starting")
-        _start(cfg, service)
+        try:
+            start(cfg, service)
+        except StackError:
+            stop(cfg)  # nothing half-up stays behind
+            raise
         if service.name == "s3":
             _create_bucket(cfg)
         if service.name == "prefect":
@@ -281,15 +331,19 @@ def up(cfg: StackConfig, progress=print) -> dict[str, str]:
 
 
 def status(cfg: StackConfig) -> dict[str, dict]:
-    return {s.name: {"pid": running_pid(cfg, s.name), "url": None if s.name == "worker" else cfg.url(s.name),
-                     "answers": bool(s.health and _answers(s.health)), "log": str(cfg.dir / f"{s.name}.log")}
-            for s in services(cfg)}
+    report = {}
+    for s in services(cfg):
+        pid = running_pid(cfg, s.name)  # a service without a health URL answers while its process lives
+        report[s.name] = {"pid": pid, "url": None if s.name == "worker" else cfg.url(s.name), "answers": _answers(s.health) if s.health else bool(pid),
+                          "log": str(cfg.dir / f"{s.name}.log")}
+    return report
 
 
-def stop(cfg: StackConfig, timeout_s: float = 20.0) -> list[str]:
-    """Stop what ``up`` started, in reverse order: SIGTERM to each process group, SIGKILL to what is left."""
+def stop(cfg: StackConfig, timeout_s: float = 20.0, only: list[Service] | None = None) -> list[str]:
+    """Stop what ``up`` started (or ``only`` those services), in reverse order: SIGTERM to each process group,
+    SIGKILL to what is left."""
     stopped = []
-    for service in reversed(services(cfg)):
+    for service in reversed(services(cfg) if only is None else only):
         pid = running_pid(cfg, service.name)
         if pid is None:
             continue

@@ -89,6 +89,11 @@ class Workspace:
         return self.home / "dvc-remote"
 
     @property
+    def dvc_remote_url(self) -> str:
+        """Where data versions go: ``FORGE_DVC_REMOTE`` (an ``s3://`` URL a team shares) or the home's folder."""
+        return os.environ.get("FORGE_DVC_REMOTE") or str(self.dvc_remote)
+
+    @property
     def mlflow_dir(self) -> Path:
         return self.home / "mlflow"
 

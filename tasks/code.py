@@ -259,7 +259,7 @@ def code_rl_filter_task(
                               under=ws.rl_data)
         log_table([{k: v for k, v in r.as_dict().items() if k != "prompt"} for r in rows],
                   f"code_rl_stage{stage}.json")
-        ensure_dvc(ws.root, ws.dvc_remote)  # the kept problems are versioned in rl-data/ (rl-data.dvc)
+        ensure_dvc(ws.root, ws.dvc_remote_url)  # the kept problems are versioned in rl-data/ (rl-data.dvc)
         md5 = version_data(ws.root, ws.rl_data.name)
         mlflow.set_tag(RL_DATA_MD5_TAG, md5)
     return DataFile(path=path, run_id=run.info.run_id, metrics=metrics, counts={"rows": len(kept)}, data_md5=md5)

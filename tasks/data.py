@@ -58,7 +58,7 @@ def version_data_task(*, ctx: StageContext, mix: Mix) -> DataMix:
     from forge.data.versioning import ensure_dvc, version_data
 
     ws = Workspace.from_env()
-    ensure_dvc(ws.root, ws.dvc_remote)
+    ensure_dvc(ws.root, ws.dvc_remote_url)
     md5 = version_data(ws.root)
     manifest = mix.manifest
     metrics = {}

@@ -4,13 +4,19 @@ Prefect is the only DAG, so there are no ``dvc.yaml`` stages: a flow writes a ne
 one task calls :func:`version_data`. DVC runs as its CLI (the ``dvc`` next to this interpreter) in a
 subprocess; any failure raises :class:`DVCError` carrying dvc's stderr.
 
-    ensure_dvc(ws.root, ws.dvc_remote)       # once: init + remote 'local' (verify = true)
+    ensure_dvc(ws.root, ws.dvc_remote_url)   # once: init + remote 'local' or 's3' (verify = true)
     md5 = version_data(ws.root)              # dvc add data && dvc push → the md5 recorded in data.dvc
     data_status_clean(ws.root)               # workspace == data.dvc == remote?
     checkout_data(ws.root, md5)              # data/ back to an earlier version, from the remote
 
 The committed ``.dvc/config`` names ``../.forge/dvc-remote``; when the home is elsewhere (``FORGE_HOME``) the
 remote url goes to ``.dvc/config.local`` (git-ignored), so moving the home never edits a tracked file.
+
+A team keeps the data in object storage: ``FORGE_DVC_REMOTE=s3://bucket/prefix`` (``Workspace.dvc_remote_url``;
+``forge stack up`` gives its worker one) makes the default remote ``s3``, a dvc-s3 remote whose endpoint
+(``AWS_ENDPOINT_URL``, an S3-compatible store) and credentials (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``)
+go to ``.dvc/config.local`` only. ``push_data`` / ``pull_data`` are ``forge data push`` / ``pull``; with verify on,
+a missing or corrupted object in the remote fails the pull and names it.
 """
 
 from __future__ import annotations
@@ -28,6 +34,10 @@ import yaml
 from forge.atomic import atomic_write_text
 
 REMOTE_NAME = "local"
+S3_REMOTE_NAME = "s3"
+S3_SETTINGS = {"endpointurl": "AWS_ENDPOINT_URL", "access_key_id": "AWS_ACCESS_KEY_ID",
+               "secret_access_key": "AWS_SECRET_ACCESS_KEY"}
+TARGETS = ("data", "rl-data")
 
 
 class DVCError(RuntimeError):
@@ -77,14 +87,21 @@ def _same_place(root: Path, url: str, remote_dir: Path) -> bool:
     return path.resolve() == Path(remote_dir).resolve()
 
 
-def ensure_dvc(root: str | Path, remote_dir: str | Path) -> None:
-    """Initialise DVC in ``root`` if needed and make ``remote_dir`` the default remote ``local`` (verify on)."""
-    root, remote_dir = Path(root), Path(remote_dir)
-    remote_dir.mkdir(parents=True, exist_ok=True)
+def ensure_dvc(root: str | Path, remote: str | Path) -> None:
+    """Initialise DVC in ``root`` if needed and make ``remote`` the default remote (verify on): a folder (remote
+    ``local``) or an ``s3://`` URL (remote ``s3``, its endpoint and credentials from the environment)."""
+    root = Path(root)
     if not (root / ".dvc").is_dir():
         run_dvc(root, "init", *([] if _is_git_repo(root) else ["--no-scm"]))
     run_dvc(root, "config", "core.autostage", "false")
     run_dvc(root, "config", "core.analytics", "false")
+    if str(remote).startswith("s3://"):
+        _ensure_s3_remote(root, str(remote))
+        return
+    remote_dir = Path(remote)
+    remote_dir.mkdir(parents=True, exist_ok=True)
+    if (root / ".dvc" / "config.local").exists():  # an S3 remote named there stays, but is no longer the default
+        run_dvc(root, "remote", "default", "--local", REMOTE_NAME)
     committed = _remote_url(root / ".dvc" / "config")
     if committed is not None and _same_place(root, committed, remote_dir):
         level: list[str] = []
@@ -97,6 +114,65 @@ def ensure_dvc(root: str | Path, remote_dir: str | Path) -> None:
         run_dvc(root, "remote", "add", "--force", "--default", REMOTE_NAME, str(remote_dir.resolve()))
     # Without verify a corrupted remote object is pulled silently and `dvc status` still says clean (docs/stack.md).
     run_dvc(root, "remote", "modify", *level, REMOTE_NAME, "verify", "true")
+
+
+def _ensure_s3_remote(root: Path, url: str) -> None:
+    missing = [name for name in S3_SETTINGS.values() if not os.environ.get(name)]
+    if missing:
+        raise DVCError(f"the DVC remote {url} needs {', '.join(missing)} in the environment (the object store's "
+                       "endpoint and credentials; `forge stack up` prints them)")
+    run_dvc(root, "remote", "add", "--local", "--force", "--default", S3_REMOTE_NAME, url)
+    for option, name in S3_SETTINGS.items():
+        run_dvc(root, "remote", "modify", "--local", S3_REMOTE_NAME, option, os.environ[name])
+    run_dvc(root, "remote", "modify", "--local", S3_REMOTE_NAME, "verify", "true")
+
+
+def _tracked(root: Path, targets: tuple[str, ...] | list[str]) -> list[str]:
+    unknown = [t for t in targets if t not in TARGETS]
+    if unknown:
+        raise DVCError(f"{', '.join(unknown)}: not a data target (one of {', '.join(TARGETS)})")
+    found = [f"{t}.dvc" for t in targets if (root / f"{t}.dvc").exists()]
+    if not found:
+        raise DVCError(f"{root}: no {' or '.join(f'{t}.dvc' for t in targets)}; a recipe run versions the data first")
+    return found
+
+
+def push_data(root: str | Path, targets: tuple[str, ...] | list[str] = TARGETS) -> str:
+    """``dvc push`` of the versions ``<target>.dvc`` name; returns dvc's summary line."""
+    root = Path(root)
+    return _last_line(run_dvc(root, "push", *_tracked(root, targets)))
+
+
+def pull_data(root: str | Path, targets: tuple[str, ...] | list[str] = TARGETS) -> str:
+    """``dvc pull`` of the versions ``<target>.dvc`` name into the workspace; a missing or corrupted remote object
+    is a :class:`DVCError` naming it (verify is on), and the workspace keeps what it had."""
+    root = Path(root)
+    dvc_files = _tracked(root, targets)
+    try:
+        return _last_line(run_dvc(root, "pull", *dvc_files))
+    except DVCError as err:
+        bad = [item for f in dvc_files for item in _not_in_cache(root, f.removesuffix(".dvc"))]
+        if not bad:
+            raise
+        raise DVCError(f"{err}\nnot restored ({len(bad)}: the remote's object is missing or its bytes do not hash "
+                       f"to its name): " + "; ".join(bad[:10]) + (" …" if len(bad) > 10 else "")) from None
+
+
+def _not_in_cache(root: Path, target: str) -> list[str]:
+    """The files of ``<target>.dvc``'s version whose objects are not in the local cache (after a pull: the ones
+    the remote lacks or holds corrupted), as ``<target>/<path> (md5 <object>)``."""
+    objects = root / ".dvc" / "cache" / "files" / "md5"
+    md5 = read_data_md5(root, target)
+    listing = objects / md5[:2] / md5[2:]
+    if not listing.is_file():
+        return [f"{target}/ (version {md5}: nothing of it reached the cache)"]
+    return [f"{target}/{entry['relpath']} (md5 {entry['md5']})" for entry in json.loads(listing.read_text())
+            if not (objects / entry["md5"][:2] / entry["md5"][2:]).is_file()]
+
+
+def _last_line(proc: subprocess.CompletedProcess) -> str:
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+    return lines[-1] if lines else ""
 
 
 def read_data_md5(root: str | Path, target: str = "data") -> str:

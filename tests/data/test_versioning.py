@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -93,3 +98,78 @@ def test_checkout_of_a_version_the_remote_lacks_fails_and_changes_nothing(projec
     assert (project / "data" / "notes.txt").read_text() == "v1\n"
     with pytest.raises(DVCError, match="not a data version"):
         checkout_data(project, "models-policy-3")
+
+
+@pytest.fixture
+def bucket(monkeypatch):
+    """An S3-compatible server (moto's, on loopback) with the bucket ``forge``; its endpoint and keys in the env."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "forge-test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-in-any-tracked-file")
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.create_bucket(Bucket="forge")
+    yield s3
+    server.stop()
+
+
+def _forge_data(root, action: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "FORGE_ROOT": str(root), "FORGE_HOME": str(root / ".forge"),
+           "FORGE_DVC_REMOTE": "s3://forge/dvc"}
+    return subprocess.run([str(Path(sys.executable).parent / "forge"), "data", action], env=env, cwd=root,
+                          capture_output=True, text=True, check=False)
+
+
+def test_s3_remote_keeps_versions_and_pull_names_a_missing_or_corrupted_object(bucket, tmp_path, monkeypatch):
+    root = tmp_path / "proj"
+    (root / "data").mkdir(parents=True)
+    for name, text in (("a.txt", "alpha\n"), ("b.txt", "beta\n"), ("c.txt", "gamma\n")):
+        (root / "data" / name).write_text(text)
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    with pytest.raises(DVCError, match="needs AWS_ENDPOINT_URL"):  # no endpoint: refused, named
+        ensure_dvc(root, "s3://forge/dvc")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", bucket.meta.endpoint_url)
+    ensure_dvc(root, "s3://forge/dvc")
+    local, committed = (root / ".dvc" / "config.local").read_text(), (root / ".dvc" / "config").read_text()
+    assert "s3://forge/dvc" in local and "not-in-any-tracked-file" in local and "verify = true" in local
+    assert "not-in-any-tracked-file" not in committed and "s3" not in committed
+
+    md5 = version_data(root)
+    keys = {o["Key"] for o in bucket.list_objects_v2(Bucket="forge", Prefix="dvc/")["Contents"]}
+    listing = {e["relpath"]: e["md5"] for e in json.loads(
+        bucket.get_object(Bucket="forge", Key=f"dvc/files/md5/{md5[:2]}/{md5[2:]}")["Body"].read())}
+    key = {rel: f"dvc/files/md5/{m[:2]}/{m[2:]}" for rel, m in listing.items()}
+    assert set(key.values()) <= keys and len(listing) == 3
+
+    def fresh() -> None:  # a new machine: no cache, no data
+        shutil.rmtree(root / ".dvc" / "cache", ignore_errors=True)
+        shutil.rmtree(root / "data", ignore_errors=True)
+
+    fresh()
+    pulled = _forge_data(root, "pull")
+    assert pulled.returncode == 0, pulled.stdout + pulled.stderr
+    assert (root / "data" / "b.txt").read_text() == "beta\n" and data_status_clean(root)
+
+    bucket.put_object(Bucket="forge", Key=key["b.txt"], Body=b"tampered\n")
+    fresh()
+    corrupted = _forge_data(root, "pull")
+    assert corrupted.returncode == 1 and f"data/b.txt (md5 {listing['b.txt']})" in corrupted.stdout
+    assert not (root / "data" / "b.txt").exists() or (root / "data" / "b.txt").read_text() == "beta\n"
+
+    bucket.delete_object(Bucket="forge", Key=key["c.txt"])
+    fresh()
+    missing = _forge_data(root, "pull")
+    assert missing.returncode == 1 and listing["c.txt"] in missing.stdout, missing.stdout
+
+    # The good objects were never lost: put the two back as they were and everything comes home.
+    bucket.put_object(Bucket="forge", Key=key["b.txt"], Body=b"beta\n")
+    bucket.put_object(Bucket="forge", Key=key["c.txt"], Body=b"gamma\n")
+    fresh()
+    assert _forge_data(root, "pull").returncode == 0 and (root / "data" / "c.txt").read_text() == "gamma\n"
+    pushed = _forge_data(root, "push")
+    assert pushed.returncode == 0 and "s3://forge/dvc" in pushed.stdout

@@ -97,21 +97,22 @@ def test_stack_runs_the_recipe_deployment_through_its_worker_and_stops_clean(tmp
     root.mkdir()
     _checkout(root)
     prefix = f"forge_t{secrets.token_hex(4)}_"
-    ports = {name: str(_free_port()) for name in ("S3", "PREFECT", "MLFLOW", "DASHBOARD")}
+    ports = {name: str(_free_port()) for name in ("S3", "PREFECT", "MLFLOW", "DASHBOARD", "RAY")}
     env = _env(root, home, FORGE_STACK_DATABASE_URL=PG, FORGE_STACK_DB_PREFIX=prefix,
                AWS_ACCESS_KEY_ID="forge-test", AWS_SECRET_ACCESS_KEY=secrets.token_hex(16),
                **{f"FORGE_STACK_{name}_PORT": port for name, port in ports.items()})
     stack_dir = home / "stack"
     try:
-        up = _forge(env, root, "stack", "up")
+        up = _forge(env, root, "stack", "up", "--ray")
         assert up.returncode == 0, up.stdout + up.stderr
+        ray = f"cluster.ray_address=127.0.0.1:{ports['RAY']}"  # the search shard runs on the stack's Ray cluster
         status = json.loads(_forge(env, root, "stack", "status", "--json").stdout)
         assert all(s["pid"] for s in status.values()) and all(s["answers"] for n, s in status.items() if n != "worker")
         pids = [s["pid"] for s in status.values()]
 
         # Run 1 through the worker; the worker is killed (-9, its whole process group: the flow run with it)
         # once the first SFT stage has finished.
-        follow = subprocess.Popen([FORGE, "run", "--remote", "--profile", "ci"], env=env, cwd=root,
+        follow = subprocess.Popen([FORGE, "run", "--remote", "--profile", "ci", "--set", ray], env=env, cwd=root,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                   start_new_session=True)
         summary = home / "runs" / "latest.json"
@@ -132,8 +133,8 @@ def test_stack_runs_the_recipe_deployment_through_its_worker_and_stops_clean(tmp
 
         # `up` again starts only the worker; run 2 through it takes every finished stage from the cache.
         again = _forge(env, root, "stack", "up")
-        assert again.returncode == 0 and again.stdout.count("already running") == 4, again.stdout
-        second = _forge(env, root, "run", "--remote", "--profile", "ci")
+        assert again.returncode == 0 and again.stdout.count("already running") == 6, again.stdout
+        second = _forge(env, root, "run", "--remote", "--profile", "ci", "--set", ray)
         assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
         assert "state: Completed" in second.stdout and "stage promote: done" in second.stdout
         resumed = json.loads(summary.read_text())
@@ -158,6 +159,12 @@ def test_stack_runs_the_recipe_deployment_through_its_worker_and_stops_clean(tmp
         pages = s3.get_paginator("list_objects_v2").paginate(Bucket="forge", Prefix="mlflow/")
         keys = [o["Key"] for page in pages for o in page.get("Contents", [])]
         assert any(k.endswith("model.safetensors") for k in keys), keys[:10]
+        # The data version the run trained on is in the bucket's DVC remote, listing and every object.
+        md5 = resumed["data_md5"]
+        listing = s3.get_object(Bucket="forge", Key=f"dvc/files/md5/{md5[:2]}/{md5[2:]}")["Body"].read()
+        for entry in json.loads(listing):
+            s3.head_object(Bucket="forge", Key=f"dvc/files/md5/{entry['md5'][:2]}/{entry['md5'][2:]}")
+        assert "s3://forge/dvc" in (root / ".dvc" / "config.local").read_text()
         pids = [int(p.read_text()) for p in stack_dir.glob("*.pid")]
     finally:
         down = _forge(env, root, "stack", "down", timeout=180)
