@@ -141,7 +141,7 @@ class RecipeRun:
         """Run ``task`` as stage ``name`` with keyword ``inputs`` (plus this run's ``ctx`` when the task takes one):
         record state, time and result in the summary, and recompute a cache hit whose files are gone."""
         task, inputs, started = self._begin(name, task, inputs)
-        return self._finish(name, task, inputs, started, task(return_state=True, **inputs))
+        return self._finish(name, task, inputs, started=started, state=task(return_state=True, **inputs))
 
     def stages(self, calls: list[tuple[str, Any, dict[str, Any]]]) -> list[Any]:
         """Independent stages ``(name, task, inputs)``: submitted together when the flow runs on a Ray cluster
@@ -155,7 +155,7 @@ class RecipeRun:
         results = []
         for name, task, inputs, started, future in submitted:
             future.wait()
-            results.append(self._finish(name, task, inputs, started, future.state))
+            results.append(self._finish(name, task, inputs, started=started, state=future.state))
         return results
 
     def _begin(self, name: str, task: Any, inputs: dict[str, Any]) -> tuple[Any, dict[str, Any], float]:
@@ -167,7 +167,7 @@ class RecipeRun:
         log.info("stage %s: started", name)
         return task, inputs, started
 
-    def _finish(self, name: str, task: Any, inputs: dict[str, Any], started: float, state: Any) -> Any:
+    def _finish(self, name: str, task: Any, inputs: dict[str, Any], *, started: float, state: Any) -> Any:
         try:
             result = state.result()
         except Exception as err:

@@ -1,6 +1,7 @@
 """Evaluation flow: the matrix over the paper's six domains (§3; forge/evals/domains.py): HumanEval and the code
 suite on Forge's judge, then math, science, tool use, alignment (judged by the pair-wise RM) and deep search.
-Also deployable on its own (infra/prefect.yaml ``evaluate-candidate``): evaluate ``@candidate``, then the gate."""
+Also deployable on its own (infra/prefect.yaml ``evaluate-candidate``): evaluate ``@candidate``, then the gate.
+The suites are independent: on a Ray cluster (the profile's ``cluster.ray_address``) they run side by side."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from flows._stages import RecipeRun
 from flows.links import logs_to_flow_run, name_phase_run
 from forge.config import ProfileName, RecipeConfig, load_profile
 from forge.evals.suites import MODEL_SUITES
+from forge.fanout import on_cluster
 from forge.stages import Checkpoint, EvalReport
 from tasks.evals import code_suite_task, eval_report_task, eval_suite_task, humaneval_task
 
@@ -23,14 +25,13 @@ log = logging.getLogger("forge")
 @flow(name="evaluate", flow_run_name=name_phase_run)
 def evaluate_flow(config: RecipeConfig, run: RecipeRun, *, model: Checkpoint, judge: Checkpoint) -> list[EvalReport]:
     """Every suite on ``model``; ``judge`` (the pair-wise RM) decides the alignment suite's pairs."""
-    reports = [
-        run.stage("eval-humaneval", humaneval_task, model=model, cfg=config.eval.humaneval),
-        run.stage("eval-code", code_suite_task, model=model, cfg=config.eval.code),
-    ]
+    suites = [("eval-humaneval", humaneval_task, {"model": model, "cfg": config.eval.humaneval}),
+              ("eval-code", code_suite_task, {"model": model, "cfg": config.eval.code})]
     for suite in MODEL_SUITES:
         extra = {"judge": judge} if suite == "alignment" else {}
-        reports.append(run.stage(f"eval-{suite}", eval_suite_task, model=model, suite=suite,
-                                 cfg=getattr(config.eval, suite), seed=config.seed, **extra))
+        suites.append((f"eval-{suite}", eval_suite_task, {"model": model, "suite": suite, "seed": config.seed,
+                                                          "cfg": getattr(config.eval, suite), **extra}))
+    reports = run.stages(suites)  # independent: side by side on a Ray cluster (forge/fanout.py)
     run.stage("eval-report", eval_report_task, model=model)
     return reports
 
@@ -75,7 +76,7 @@ def evaluate_registered(profile: ProfileName = "tiny", model_name: str = "forge-
     cfg = load_profile(profile)
     run = RecipeRun(StageContext(tags={FLOW_RUN_ID_TAG: str(flow_run.id), PROFILE_TAG: profile}))
     with logs_to_flow_run(str(flow_run.id)):
-        reports = evaluate_flow(cfg, run, model=registered(model_name, version), judge=judge)
+        reports = on_cluster(evaluate_flow, cfg.cluster)(cfg, run, model=registered(model_name, version), judge=judge)
         if gate:
             decision = promote(MlflowClient(), model_name, cfg.promotion, version=version)
             verdict = f"{model_name}/{version}: {'promoted' if decision.promote else 'refused'}: " + "; ".join(

@@ -24,6 +24,7 @@ from flows.links import name_recipe_run
 from flows.rl import rl_flow
 from flows.sft import sft_flow
 from forge.config import ProfileName, load_profile
+from forge.fanout import on_cluster
 from forge.stages import Checkpoint, DataMix, Release
 from forge.workspace import Workspace, run_lock
 from registry.tracking import init_mlflow, log_config
@@ -61,7 +62,8 @@ def recipe(profile: ProfileName = "tiny", overrides: dict[str, Any] | None = Non
         run.record_data(data)
         sft = sft_flow(cfg, run, base=base, data=data)                        # §2.1.1 SFT curriculum
         policy, judge = rl_flow(cfg, run, base=base, sft=sft, data=data)      # §2.1.2–2.4 RL stages
-        evaluate_flow(cfg, run, model=policy, judge=judge)                    # §3 evaluation matrix
+        evaluate = on_cluster(evaluate_flow, cfg.cluster)                    # suites side by side on Ray
+        evaluate(cfg, run, model=policy, judge=judge)                         # §3 evaluation matrix
         release = run.stage("promote", promote_task, candidate=policy, policy=cfg.promotion)
         run.record_release(release)
     return RecipeResult(flow_run_id=str(flow_run.id), mlflow_run_id=run.ctx.parent_run_id, profile=cfg.profile,

@@ -361,6 +361,26 @@ def stack_up(ray: bool = typer.Option(False, "--ray", help="Also a two-node Ray 
                       highlight=False, soft_wrap=True)
 
 
+@stack_app.command("configure")
+def stack_configure() -> None:
+    """On the Prefect server at PREFECT_API_URL: the work pool, the deployments, task results in the bucket
+    (AWS_ENDPOINT_URL) and the automation that crashes runs without heartbeats. `up` runs it; so does compose."""
+    ws = configure_environment()
+    from forge.stack import StackError, configure_server
+
+    missing = [k for k in ("PREFECT_API_URL", "AWS_ENDPOINT_URL") if not os.environ.get(k)]
+    if missing:
+        console.print(f"forge stack configure needs {', '.join(missing)}", style="red", highlight=False)
+        raise typer.Exit(2)
+    try:
+        done = configure_server(ws.root, os.environ["AWS_ENDPOINT_URL"])
+    except StackError as err:
+        console.print(str(err), style="red", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    console.print(f"{os.environ['PREFECT_API_URL']}: " + "; ".join(done), markup=False, highlight=False,
+                  soft_wrap=True)
+
+
 @stack_app.command("status")
 def stack_status(as_json: bool = typer.Option(False, "--json")) -> None:
     """Each service of the stack: its process, whether it answers, its URL and log."""

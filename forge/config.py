@@ -386,7 +386,8 @@ class ClusterConfig(Strict):
 
     ray_address: str | None = Field(
         None, description="A Ray cluster (HOST:PORT; `forge stack up --ray` starts one): deep-search synthesis "
-        "shards run on it through prefect-ray's task runner. None = in this process, one after another.")
+        "shards and eval suites run on it through prefect-ray's task runner. None = in this process, one after "
+        "another.")
 
 
 class HumanEvalConfig(Strict):

@@ -1,9 +1,10 @@
 """Independent stages fanned out on a Ray cluster (docs/architecture.md, "Team deployment").
 
-When a profile names ``cluster.ray_address``, the flows that hold independent stages (deep-search synthesis:
-one task per head-entity shard) run with prefect-ray's ``RayTaskRunner``: ``RecipeRun.stages`` submits every
-stage at once, each runs in a Ray worker process, reports to the same Prefect API and writes into the same
-checkout and home, so the files are the ones an in-process run writes (same code, same seeds). Ray nodes must
+When a profile names ``cluster.ray_address``, the flows that hold independent stages (deep-search synthesis, one
+task per head-entity shard; the evaluation matrix, one task per suite) run with prefect-ray's ``RayTaskRunner``:
+``RecipeRun.stages`` submits every stage at once, each runs in a Ray worker process, reports to the same Prefect
+API and writes into the same checkout and home, so the files are the ones an in-process run writes (same code,
+same seeds). Ray nodes must
 see this checkout and home at the same paths: one machine, or a volume every node mounts.
 
     synthesize = on_cluster(synthesize_search, config.cluster)   # the flow as is when no cluster is named

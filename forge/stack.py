@@ -37,6 +37,17 @@ REQUIRED = {
 }
 WORK_POOL = "forge-process"
 BUCKET = "forge"
+# Task results (Prefect's cache records and values) live in a bucket, so any worker resumes any run's stages. A
+# bucket of their own, its root the basepath: a RemoteFileSystem block that reaches a Ray worker unsaved resolves a
+# key against a basepath with a path twice (s3://b/p/p/<key>), and those results were never found again.
+RESULTS_BLOCK = "forge-results"
+RESULTS_BUCKET = "forge-results"
+RESULTS_PATH = f"s3://{RESULTS_BUCKET}"
+# A flow run whose process dies (a killed worker) stops sending heartbeats; the automation marks it Crashed.
+HEARTBEAT_S = 30
+ZOMBIE_AUTOMATION = "forge: crash flow runs without heartbeats"
+WORKER_SETTINGS = {"PREFECT_RESULTS_DEFAULT_STORAGE_BLOCK": f"remote-file-system/{RESULTS_BLOCK}",
+                   "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_S)}
 PORTS = {"s3": 9000, "prefect": PREFECT_UI_PORT, "mlflow": MLFLOW_UI_PORT, "dashboard": 8501}
 RAY_PORT = 6385  # Ray's own default, 6379, is Redis's
 RAY_SERVICES = ("ray-head", "ray-node")
@@ -162,7 +173,7 @@ def services(cfg: StackConfig) -> list[Service]:
     if cfg.ray or any(_pid_file(cfg, name).exists() for name in RAY_SERVICES):
         out += ray_services(cfg)
     # The worker runs flow runs in this checkout with this home: the stack's client settings, Forge's own.
-    worker_env = {**cfg.client_env(), "FORGE_ROOT": str(cfg.root), "FORGE_HOME": str(cfg.home),
+    worker_env = {**cfg.client_env(), **WORKER_SETTINGS, "FORGE_ROOT": str(cfg.root), "FORGE_HOME": str(cfg.home),
                   "PREFECT_HOME": str(cfg.dir / "worker-home")}
     out.append(Service("worker", [str(bindir / "prefect"), "worker", "start", "--pool", WORK_POOL, "--type",
                                   "process"], worker_env))
@@ -260,8 +271,10 @@ def _create_bucket(cfg: StackConfig) -> None:
 
     s3 = boto3.client("s3", endpoint_url=cfg.endpoint, aws_access_key_id=cfg.secrets["AWS_ACCESS_KEY_ID"],
                       aws_secret_access_key=cfg.secrets["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")
-    if BUCKET not in {b["Name"] for b in s3.list_buckets().get("Buckets", [])}:
-        s3.create_bucket(Bucket=BUCKET)
+    have = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
+    for bucket in (BUCKET, RESULTS_BUCKET):
+        if bucket not in have:
+            s3.create_bucket(Bucket=bucket)
 
 
 def start(cfg: StackConfig, service: Service) -> int:
@@ -297,16 +310,59 @@ def _up(service: Service, log_path: Path, offset: int) -> bool:
 
 
 def _register_deployments(cfg: StackConfig) -> None:
-    """The work pool and the deployments of infra/prefect.yaml on the stack's Prefect server."""
+    """``forge stack configure`` against the stack's Prefect server, as a client of the stack."""
+    env = {**os.environ, **cfg.client_env(), "FORGE_ROOT": str(cfg.root), "PREFECT_HOME": str(cfg.dir / "client-home")}
+    proc = subprocess.run([str(Path(sys.executable).parent / "forge"), "stack", "configure"], env=env, cwd=cfg.root,
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise StackError(f"`forge stack configure` failed:\n{(proc.stdout + proc.stderr)[-1500:]}")
+
+
+def configure_server(root: Path, s3_endpoint: str) -> list[str]:
+    """On the Prefect server at ``PREFECT_API_URL``: the work pool and infra/prefect.yaml's deployments, the task
+    result storage in the bucket (a RemoteFileSystem block; credentials stay in the workers' environment), and the
+    automation that marks a flow run Crashed once its heartbeats stop. Idempotent; returns what it did."""
     bindir = Path(sys.executable).parent
-    env = {**os.environ, **cfg.client_env(), "FORGE_ROOT": str(cfg.root),
-           "PREFECT_HOME": str(cfg.dir / "client-home")}
     for args in (["work-pool", "create", WORK_POOL, "--type", "process", "--overwrite"],
                  ["--no-prompt", "deploy", "--prefect-file", "infra/prefect.yaml", "--all"]):
-        proc = subprocess.run([str(bindir / "prefect"), *args], env=env, cwd=cfg.root, capture_output=True,
-                              text=True, check=False)
+        proc = subprocess.run([str(bindir / "prefect"), *args], cwd=root, capture_output=True, text=True,
+                              check=False)
         if proc.returncode != 0:
             raise StackError(f"`prefect {' '.join(args)}` failed:\n{(proc.stdout + proc.stderr)[-1500:]}")
+    from prefect.filesystems import RemoteFileSystem
+
+    RemoteFileSystem(basepath=RESULTS_PATH, settings={"client_kwargs": {"endpoint_url": s3_endpoint}}).save(
+        RESULTS_BLOCK, overwrite=True)
+    _zombie_automation()
+    return [f"work pool {WORK_POOL}", "deployments of infra/prefect.yaml", f"results in {RESULTS_PATH}",
+            f"automation '{ZOMBIE_AUTOMATION}'"]
+
+
+def _zombie_automation() -> None:
+    from datetime import timedelta
+
+    from prefect.automations import Automation
+    from prefect.client.schemas.objects import StateType
+    from prefect.events.actions import ChangeFlowRunState
+    from prefect.events.schemas.automations import EventTrigger, Posture
+    from prefect.events.schemas.events import ResourceSpecification
+
+    try:
+        Automation.read(name=ZOMBIE_AUTOMATION)
+        return
+    except ValueError:  # none by that name yet
+        pass
+    ends = {f"prefect.flow-run.{state}" for state in ("Completed", "Failed", "Cancelled", "Crashed")}
+    Automation(
+        name=ZOMBIE_AUTOMATION,
+        description="A flow run that sends no heartbeat for three periods (its process died) is marked Crashed.",
+        trigger=EventTrigger(after={"prefect.flow-run.heartbeat"}, expect={"prefect.flow-run.heartbeat", *ends},
+                             match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
+                             for_each={"prefect.resource.id"}, posture=Posture.Proactive, threshold=1,
+                             within=timedelta(seconds=3 * HEARTBEAT_S)),
+        actions=[ChangeFlowRunState(state=StateType.CRASHED,
+                                    message=f"no heartbeat for {3 * HEARTBEAT_S} s: its process is gone")],
+    ).create()
 
 
 def up(cfg: StackConfig, progress=print) -> dict[str, str]:
@@ -334,7 +390,8 @@ def status(cfg: StackConfig) -> dict[str, dict]:
     report = {}
     for s in services(cfg):
         pid = running_pid(cfg, s.name)  # a service without a health URL answers while its process lives
-        report[s.name] = {"pid": pid, "url": None if s.name == "worker" else cfg.url(s.name), "answers": _answers(s.health) if s.health else bool(pid),
+        report[s.name] = {"pid": pid, "url": None if s.name == "worker" else cfg.url(s.name),
+                          "answers": _answers(s.health) if s.health else bool(pid),
                           "log": str(cfg.dir / f"{s.name}.log")}
     return report
 

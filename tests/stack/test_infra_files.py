@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from forge.stack import BUCKET, PORTS, REQUIRED, WORK_POOL, StackConfig, stack_config
+from forge.stack import BUCKET, PORTS, RESULTS_BUCKET, REQUIRED, WORK_POOL, WORKER_SETTINGS, StackConfig, stack_config
 from forge.workspace import REPO_ROOT, Workspace
 
 INFRA = REPO_ROOT / "infra"
@@ -212,7 +212,7 @@ def test_mlflow_server_is_the_installed_mlflow_as_forge_stack_runs_it(monkeypatc
     assert _without_password(svc["environment"]["MLFLOW_BACKEND_STORE_URI"]) == cfg.database("mlflow", "psycopg2")
     # The one-shot that makes the bucket makes forge/stack.py's.
     bucket_job = "\n".join(_command(_compose()["services"]["create-bucket"]))
-    assert set(re.findall(r'Bucket="([^"]+)"', bucket_job)) == {BUCKET}
+    assert set(re.findall(r'"(forge[\w-]*)"', bucket_job)) == {BUCKET, RESULTS_BUCKET}
 
 
 # --- compose: ports, secrets, names ---
@@ -299,8 +299,10 @@ def test_worker_serves_the_deployments_pool_with_the_images_home():
     worker = services["worker"]
     assert _option(_command(worker), "--pool") == WORK_POOL and _option(_command(worker), "--type") == "process"
     deploy = " ".join(_command(services["deploy"]))
-    assert f"work-pool create {WORK_POOL} --type process" in deploy
-    assert "deploy --prefect-file infra/prefect.yaml --all" in deploy
+    assert deploy == "forge stack configure"  # forge/stack.py configure_server: pool, deployments, results, zombies
+    assert {"PREFECT_API_URL", "AWS_ENDPOINT_URL"} <= set(services["deploy"]["environment"])
+    worker_env = services["worker"]["environment"]
+    assert {k: worker_env.get(k) for k in WORKER_SETTINGS} == WORKER_SETTINGS
     # The worker's home is the image's, on a volume; flows run in the image's checkout (prefect.yaml's pull step).
     env = _dockerfile_env()
     assert worker["environment"]["FORGE_HOME"] == env["FORGE_HOME"]
@@ -398,6 +400,7 @@ def test_gpu_job_requests_gpus_the_secret_and_the_checkpoint_claim():
     cfg = StackConfig(home=Path("/h"), root=Path("/r"), database_url="postgresql://u@h:1", db_prefix="forge_",
                       secrets={k: "" for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}, ports=PORTS)
     assert set(cfg.client_env()) - {"PREFECT_API_URL"} <= set(env) | secret_keys
+    assert {k: env.get(k) for k in WORKER_SETTINGS} == WORKER_SETTINGS  # results in the bucket, heartbeats
     readme = (K8S / "README.md").read_text()
     create_secret = readme[readme.index(f"create secret generic {secret}"):].split("\n\n")[0]
     assert set(re.findall(r"--from-literal=(\w+)=", create_secret)) == secret_keys

@@ -79,6 +79,18 @@ def _checkout(root: Path) -> None:
                    check=True)
 
 
+def _state_eventually(api: str, flow_run_id: str, wanted: str, within_s: float) -> str:
+    """The flow run's state type on the stack's Prefect server once it is ``wanted`` or ``within_s`` passed."""
+    import httpx
+
+    deadline = time.time() + within_s
+    while True:
+        run = httpx.get(f"{api}/flow_runs/{flow_run_id}", timeout=10).json()
+        if run["state_type"] == wanted or time.time() > deadline:
+            return run["state_type"]
+        time.sleep(2)
+
+
 def _groups_alive(pgids: list[int]) -> list[int]:
     """Those of ``pgids`` with a process that is not a zombie."""
     from forge.stack import live_members
@@ -143,6 +155,8 @@ def test_stack_runs_the_recipe_deployment_through_its_worker_and_stops_clean(tmp
         redone = [n for n in finished if n != "dvc" and resumed["stages"][n]["state"] != "cached"]
         assert len(finished) > 5 and not redone, f"finished before the kill, redone after: {redone}"
         assert resumed["data_md5"] == killed["data_md5"]
+        # Those cache hits came from the bucket: the worker keeps no task result on its own disk.
+        assert not [p for p in (home / "prefect" / "results").rglob("*") if p.is_file()]
 
         # The registry is the MLflow server's (PostgreSQL), the artifacts are in the object store.
         mlflow_url = f"http://127.0.0.1:{ports['MLFLOW']}"
@@ -165,6 +179,10 @@ def test_stack_runs_the_recipe_deployment_through_its_worker_and_stops_clean(tmp
         for entry in json.loads(listing):
             s3.head_object(Bucket="forge", Key=f"dvc/files/md5/{entry['md5'][:2]}/{entry['md5'][2:]}")
         assert "s3://forge/dvc" in (root / ".dvc" / "config.local").read_text()
+        assert s3.list_objects_v2(Bucket="forge-results")["KeyCount"] > 0  # Prefect's task results
+        # The killed run's process sent no more heartbeats: the stack's automation marked it Crashed.
+        api = f"http://127.0.0.1:{ports['PREFECT']}/api"
+        assert _state_eventually(api, killed["flow_run_id"], "CRASHED", within_s=240) == "CRASHED"
         pids = [int(p.read_text()) for p in stack_dir.glob("*.pid")]
     finally:
         down = _forge(env, root, "stack", "down", timeout=180)
