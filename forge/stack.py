@@ -17,6 +17,7 @@ started. docs/architecture.md, "Team deployment", has the layout and what each p
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -52,6 +53,7 @@ PORTS = {"s3": 9000, "prefect": PREFECT_UI_PORT, "mlflow": MLFLOW_UI_PORT, "dash
 RAY_PORT = 6385  # Ray's own default, 6379, is Redis's
 RAY_SERVICES = ("ray-head", "ray-node")
 START_TIMEOUT_S = 180.0  # the Prefect server takes ~20 s on a loaded 2-core machine, migrations ~60 s the first time
+KILL_WAIT_S = 10.0  # after SIGKILL, how long stop waits for the group to be gone
 
 
 class StackError(RuntimeError):
@@ -408,16 +410,27 @@ def stop(cfg: StackConfig, timeout_s: float = 20.0, only: list[Service] | None =
             os.killpg(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and live_members(pid):
-            _reap(pid)
-            time.sleep(0.2)
-        if live_members(pid):
-            os.killpg(pid, signal.SIGKILL)
-        _reap(pid)
+        if not _wait_gone(pid, timeout_s):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+            # SIGKILL is delivered, not done: a process tearing down a large mapping (Ray's object store) is still
+            # listed for a moment, so wait for the group to go before saying it stopped.
+            _wait_gone(pid, KILL_WAIT_S)
         _pid_file(cfg, service.name).unlink(missing_ok=True)
         stopped.append(service.name)
     return stopped
+
+
+def _wait_gone(pgid: int, timeout_s: float) -> bool:
+    """Wait until group ``pgid`` has no live member (reaping its leader when it is our child); whether it went."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        _reap(pgid)
+        if not live_members(pgid):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
 
 
 def _reap(pid: int) -> None:

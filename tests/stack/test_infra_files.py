@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from forge.stack import BUCKET, PORTS, RESULTS_BUCKET, REQUIRED, WORK_POOL, WORKER_SETTINGS, StackConfig, stack_config
+from forge.stack import BUCKET, PORTS, REQUIRED, RESULTS_BUCKET, WORK_POOL, WORKER_SETTINGS, StackConfig, stack_config
 from forge.workspace import REPO_ROOT, Workspace
 
 INFRA = REPO_ROOT / "infra"
