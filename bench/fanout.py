@@ -2,11 +2,14 @@
 
     .venv/bin/python bench/fanout.py [--profile tiny]          # both, side by side → bench/results/fanout-<p>.json
     .venv/bin/python bench/fanout.py synthesize --profile tiny [--ray HOST:PORT]   # one run, in this checkout
+    .venv/bin/python bench/fanout.py judge --profile tiny [--ray HOST:PORT]        # the code judge, one run
 
 A run is the data flow's first phase as the recipe runs it: the pools stage, then the ``synthesize-search`` flow
 (one task per head-entity shard, the merge), on the cluster when ``--ray`` names one (forge/fanout.py). Each run has
 a scratch checkout and home of its own, so neither reads the other's cache; the result is the md5 of the merged
-``data/search/qa.jsonl`` and ``trajectories.jsonl`` and the wall time. The cluster is the one ``forge stack up
+``data/search/qa.jsonl`` and ``trajectories.jsonl`` and the wall time. The code judge runs as code RL's filter
+runs it (forge/code/data.py, inside a task of a flow on the cluster): every code-RL problem of the profile with its
+reference and a wrong answer, in ``code-judge-batch`` tasks. The cluster is the one ``forge stack up
 --ray`` starts (forge/stack.py: head and worker node, one CPU each), started here and stopped at the end.
 """
 
@@ -63,10 +66,41 @@ def synthesize(profile: str, ray_address: str | None) -> dict:
             "qas": sum(1 for _ in (out / "qa.jsonl").open())}
 
 
-def run_in_scratch(profile: str, ray_address: str | None, base: Path) -> dict:
-    """One synthesis in a fresh scratch checkout and home, as a subprocess; its JSON result."""
-    root = scratch_checkout(root=base / ("ray" if ray_address else "in-process"))
-    cmd = [sys.executable, str(Path(__file__)), "synthesize", "--profile", profile]
+def judge(profile: str, ray_address: str | None) -> dict:
+    """The code judge over the profile's code-RL problems in this process (on the cluster when named): each
+    verdict's (problem, pass rate, format) and the seconds."""
+    from forge.workspace import configure_environment
+
+    configure_environment()
+    from prefect import flow, task
+
+    from forge.code.data import judge_candidates
+    from forge.config import load_profile
+    from forge.fanout import on_cluster
+    from tasks.code import rl_problems
+
+    cfg = load_profile(profile, {"cluster.ray_address": ray_address} if ray_address else None)
+    problems = rl_problems(cfg.code_rl)
+    completions = {p.id: [f"```python\n{p.reference}\n```", "```python\nprint(0)\n```"] for p in problems}
+
+    @task(name="code-rl-filter-probe")
+    def judged() -> list:
+        out = judge_candidates(problems, completions, measure_time=False)
+        return [[c.problem_id, c.pass_rate, c.format_ok] for cands in out.values() for c in cands]
+
+    @flow(name="judge-probe")
+    def probe() -> tuple[list, float]:
+        started = time.time()
+        return judged(), time.time() - started
+
+    verdicts, seconds = on_cluster(probe, cfg.cluster)()
+    return {"ray_address": ray_address, "seconds": round(seconds, 1), "verdicts": verdicts}
+
+
+def run_in_scratch(profile: str, ray_address: str | None, base: Path, command: str = "synthesize") -> dict:
+    """One ``command`` run in a fresh scratch checkout and home, as a subprocess; its JSON result."""
+    root = scratch_checkout(root=base / command / ("ray" if ray_address else "in-process"))
+    cmd = [sys.executable, str(Path(__file__)), command, "--profile", profile]
     if ray_address:
         cmd += ["--ray", ray_address]
     env = {**forge_env(root), "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
@@ -90,12 +124,12 @@ def ray_cluster(home: Path):
                        ray_port=free_port())
 
 
-def shard_workers(cluster) -> int:
-    """How many Ray worker processes ran a search-shard task: the head's log names the session, whose worker logs
-    carry Ray's ``:task_name:`` line for each task they ran."""
+def task_workers(cluster, task_name: str) -> int:
+    """How many Ray worker processes ran a Prefect task ``task_name``: the head's log names the session, whose
+    worker logs carry Ray's ``:task_name:`` line for each task they ran."""
     head_log = (cluster.dir / "ray-head.log").read_text(errors="replace")
     session = Path(re.findall(r"(/\S+/session_[^/\s]+)/logs", head_log)[-1])
-    return sum(":task_name:search-shard" in log.read_text(errors="replace")
+    return sum(f":task_name:{task_name}" in log.read_text(errors="replace")
                for log in (session / "logs").glob("worker-*.out"))
 
 
@@ -105,6 +139,7 @@ def compare(profile: str, base: Path) -> dict:
     from forge.stack import live_members, ray_services, running_pid, start, stop
 
     in_process = run_in_scratch(profile, None, base)
+    judge_here = run_in_scratch(profile, None, base, "judge")
     cluster = ray_cluster(base / "stack-home")
     cluster.dir.mkdir(parents=True, exist_ok=True)
     nodes = ray_services(cluster)
@@ -113,11 +148,16 @@ def compare(profile: str, base: Path) -> dict:
         groups = [start(cluster, service) for service in nodes]
         cluster_seconds = time.time() - started
         on_ray = run_in_scratch(profile, cluster.ray_address, base)
-        workers = shard_workers(cluster)
+        judge_ray = run_in_scratch(profile, cluster.ray_address, base, "judge")
+        workers = {name: task_workers(cluster, name) for name in ("search-shard", "code-judge-batch")}
     finally:
         stop(cluster, only=nodes)
     return {"in_process": in_process, "ray": on_ray, "cluster_start_seconds": round(cluster_seconds, 1),
-            "ray_workers_running_a_shard": workers,
+            "ray_workers_running_a_shard": workers["search-shard"],
+            "judge": {"verdicts": len(judge_here["verdicts"]), "passed": sum(v[1] == 1.0 for v in judge_here["verdicts"]),
+                      "in_process_seconds": judge_here["seconds"], "ray_seconds": judge_ray["seconds"],
+                      "same_verdicts": judge_here["verdicts"] == judge_ray["verdicts"],
+                      "ray_workers_running_a_batch": workers["code-judge-batch"]},
             "left_running": [pid for group in groups for pid in live_members(group)],
             "nodes_recorded": [s.name for s in nodes if running_pid(cluster, s.name)],
             "same_qa_file": in_process["qa_md5"] == on_ray["qa_md5"],
@@ -126,12 +166,12 @@ def compare(profile: str, base: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", nargs="?", default="compare", choices=["compare", "synthesize"])
+    parser.add_argument("command", nargs="?", default="compare", choices=["compare", "synthesize", "judge"])
     parser.add_argument("--profile", default="tiny")
     parser.add_argument("--ray", default=None, help="HOST:PORT of a Ray cluster (synthesize only)")
     args = parser.parse_args()
-    if args.command == "synthesize":
-        print(json.dumps(synthesize(args.profile, args.ray)))
+    if args.command in ("synthesize", "judge"):
+        print(json.dumps((synthesize if args.command == "synthesize" else judge)(args.profile, args.ray)))
         return
     with tempfile.TemporaryDirectory(prefix="forge-fanout-") as tmp:
         result = compare(args.profile, Path(tmp))

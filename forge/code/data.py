@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict
@@ -28,6 +27,7 @@ from forge.code.judge import build_program, judge_correctness
 from forge.code.problems import Problem
 from forge.code.runner import default_workers
 from forge.data.schemas import ChatSample, Message
+from forge.fanout import fan_map
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +82,11 @@ def judge_candidates(
             cls = judge_complexity(program, problem, backend=judge_backend, lang=lang).complexity
         return Candidate(pid, completion, verdict.pass_rate, verdict.format_ok, cls)
 
-    with ThreadPoolExecutor(max_workers=workers or default_workers()) as pool:
-        judged = dict(zip(jobs, pool.map(one, jobs)))
+    # In batches on the flow's Ray cluster when it has one (forge/fanout.py), else on threads here; a judge model's
+    # client stays in this process.
+    verdicts = fan_map(one, jobs, name="code-judge-batch", workers=workers or default_workers(),
+                       here=judge_backend is not None)
+    judged = dict(zip(jobs, verdicts))
     return {pid: [judged[(pid, c)] for c in texts] for pid, texts in completions.items()}
 
 

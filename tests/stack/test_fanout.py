@@ -1,6 +1,7 @@
 """Deep-search synthesis fanned out on the stack's two-node Ray cluster (forge/fanout.py, forge/stack.py) writes
 the files an in-process run writes: the tiny profile's 200 QAs in two shards, each shard in a Ray worker of its own
-(one CPU per node, so the two ran side by side, one per node); once stopped, nothing of the cluster runs.
+(one CPU per node, so the two ran side by side, one per node); the code judge's batches on the cluster give the
+in-process verdicts; once stopped, nothing of the cluster runs.
 bench/fanout.py is the driver: each run is a subprocess with a scratch checkout and home, so neither reads the
 other's cache."""
 
@@ -19,4 +20,8 @@ def test_tiny_synthesis_on_two_ray_nodes_writes_the_in_process_files(tmp_path):
     assert result["same_qa_file"], (result["in_process"]["qa_md5"], result["ray"]["qa_md5"])
     assert result["same_trajectories_file"]
     assert result["ray_workers_running_a_shard"] == 2  # both shards ran on the cluster, in two workers
+    judge = result["judge"]
+    assert judge["verdicts"] > 20 and 0 < judge["passed"] < judge["verdicts"]  # references pass, wrong answers fail
+    assert judge["same_verdicts"]
+    assert judge["ray_workers_running_a_batch"] == 2  # code-judge-batch tasks ran on both nodes
     assert result["left_running"] == [] and result["nodes_recorded"] == []
