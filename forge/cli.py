@@ -92,18 +92,30 @@ def run(
     if remote:
         _run_remote(profile, _overrides(set_ or []))
         return
+    from flows.recipe import recipe
+
+    result = _in_process(recipe, profile, set_, verbose)
+    _print_stages(result.stages)
+    console.print(
+        f"policy {result.policy.ref} · data md5 {result.data.data_md5} · promotion: {result.release.outcome} · "
+        f"{result.seconds:.1f} s"
+    )
+
+
+def _in_process(flow, profile: str, set_: list[str] | None, verbose: bool):
+    """``flow(profile=..., overrides=...)`` here, under the checkout's run lock; a busy checkout or a full disk is
+    one red line and exit 1."""
     configure_environment()
     _setup_logging(verbose)
     from forge.config import load_profile
 
     overrides = _overrides(set_ or [])
     load_profile(profile, overrides)  # a bad profile stops here, before any flow starts (main() reports it)
-    from flows.recipe import recipe
-    from forge.workspace import CheckoutBusyError, DiskFullError, Workspace, disk_full, disk_full_message, run_lock
+    from forge.workspace import CheckoutBusyError, DiskFullError, disk_full, disk_full_message, run_lock
 
     try:
         with run_lock(Workspace.from_env(), Path(profile).stem):
-            result = recipe(profile=profile, overrides=overrides or None)
+            return flow(profile=profile, overrides=overrides or None)
     except CheckoutBusyError as err:
         console.print(str(err), style="red", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
@@ -114,11 +126,6 @@ def run(
         console.print(str(err) if isinstance(err, DiskFullError) else disk_full_message(Workspace.from_env()),
                       style="red", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
-    _print_stages(result.stages)
-    console.print(
-        f"policy {result.policy.ref} · data md5 {result.data.data_md5} · promotion: {result.release.outcome} · "
-        f"{result.seconds:.1f} s"
-    )
 
 
 def _run_remote(profile: str, overrides: dict) -> None:
@@ -268,6 +275,29 @@ def status(
     for name, st in summary["stages"].items():
         if st.get("error"):  # e.g. a full disk: which one, and what to do
             console.print(f"{name}: {st['error']}", style="red", markup=False, highlight=False, soft_wrap=True)
+
+
+@data_app.command("build")
+def data_build(
+    profile: str = typer.Option("tiny", help="configs/<profile>.yaml or a path to a YAML profile."),
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override a profile field: KEY=VALUE.")] = None,
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Build the recipe's data only (base model, pools, synthesis, mix, refinement, DVC) and say whether it is the
+    version the checkout's committed data.dvc names: the same code and corpora give the same bytes."""
+    from flows.recipe import data_build as build
+    from forge.data.versioning import committed_md5
+
+    data = _in_process(build, profile, set_, verbose)
+    committed = committed_md5(Workspace.from_env().root)
+    console.print(f"data md5 {data.data_md5} · {data.mix_dir}", markup=False, highlight=False, soft_wrap=True)
+    if committed is None:
+        console.print("(no committed data.dvc to compare with)", highlight=False)
+    elif committed == data.data_md5:
+        console.print("the same version as the committed data.dvc", highlight=False)
+    else:
+        console.print(f"not the committed data.dvc's version ({committed}): this code or corpora build other data; "
+                      "commit data.dvc to record it", style="yellow", markup=False, highlight=False, soft_wrap=True)
 
 
 @data_app.command("checkout")

@@ -186,6 +186,16 @@ def read_data_md5(root: str | Path, target: str = "data") -> str:
     return outs[0]["md5"]
 
 
+def committed_md5(root: str | Path, target: str = "data") -> str | None:
+    """The md5 ``<target>.dvc`` names in the checkout's last commit (None outside git or when none is committed)."""
+    proc = subprocess.run(["git", "show", f"HEAD:{target}.dvc"], cwd=root, capture_output=True, text=True,
+                          check=False)
+    if proc.returncode != 0:
+        return None
+    outs = (yaml.safe_load(proc.stdout) or {}).get("outs") or [{}]
+    return outs[0].get("md5")
+
+
 def version_data(root: str | Path, target: str = "data") -> str:
     """``dvc add <target>`` then ``dvc push``; returns the md5 now in ``<target>.dvc``."""
     root = Path(root)
