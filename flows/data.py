@@ -21,7 +21,8 @@ from tasks.refinement import cot_reconstruction_task, refined_mix_task, solution
 def data_flow(config: RecipeConfig, run: RecipeRun, *, base: Base) -> DataMix:
     pools = run.stage("pools", build_pools_task, cfg=config.pools, corpora=digest_corpora())
     if config.deep_search.enabled:  # §2.2.1: graph-walk QAs and agent trajectories join deep_search / tool_use
-        pools = on_cluster(synthesize_search, config.cluster)(config.deep_search, run, pools=pools)
+        pools = on_cluster(synthesize_search, config.cluster)(config.deep_search, run, pools=pools, base=base,
+                                                              generation=config.generation)
     if config.code_rl.enabled and config.code_rl.drills.sft_per_op:  # the tiny code family joins the code pool
         pools = run.stage("code-drills", code_drills_task, cfg=config.code_rl.drills, seed=config.seed, pools=pools)
     refine = config.refinement.enabled

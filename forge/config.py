@@ -293,6 +293,12 @@ class DeepSearchConfig(Strict):
     obfuscate_head_prob: float = Field(0.5, ge=0, le=1, description="Name the head by description + year range.")
     agents: list[Literal["planner", "greedy", "noisy"]] = Field(
         default_factory=lambda: ["planner", "greedy", "noisy"], description="Scripted agents run on every QA.")
+    policy_agent: bool = Field(
+        False, description="A ReAct agent over a model joins the scripted agents on every QA (§2.2.1: 'multiple "
+        "agent frameworks'): the teacher endpoint when teacher_base_url is set, else the recipe's base model. Its "
+        "trajectories pass the same critic. Off in tiny (cost: docs/architecture.md).")
+    policy_agent_max_tool_calls: int = Field(6, ge=1, description="Tool calls a policy-agent episode may run.")
+    policy_agent_max_new_tokens: int = Field(128, ge=8, description="Tokens per policy-agent turn.")
     use_embeddings: bool = Field(False, description="Add the MiniLM prototype test to the semantic entity filter.")
     dense_rerank: bool = Field(False, description="Re-rank BM25 hits with the bundled all-MiniLM-L6-v2.")
     review_db_url: str | None = Field(None, description="Review store URL; None = SQLite under the home.")
@@ -386,8 +392,8 @@ class ClusterConfig(Strict):
 
     ray_address: str | None = Field(
         None, description="A Ray cluster (HOST:PORT; `forge stack up --ray` starts one): deep-search synthesis "
-        "shards and eval suites run on it through prefect-ray's task runner. None = in this process, one after "
-        "another.")
+        "shards, code-judge batches and eval suites run on it through prefect-ray's task runner. None = in this "
+        "process.")
 
 
 class HumanEvalConfig(Strict):

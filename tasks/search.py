@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlflow
 from prefect import task
 
-from forge.config import DeepSearchConfig
+from forge.config import DeepSearchConfig, GenerationConfig
 from forge.stages import Pools, SearchShard
 from forge.workspace import Workspace
 from registry.tracking import FLOW_RUN_ID_TAG, PROFILE_TAG, STAGE_TAG, StageContext, log_curve, log_table
@@ -15,11 +15,26 @@ SEARCH_MODULES = ("forge.search.synthesize", "forge.review.feedback")
 
 
 @cached_task(name="search-shard", modules=SEARCH_MODULES)
-def synthesize_shard_task(*, cfg: DeepSearchConfig, shard: int, corpora: str) -> SearchShard:
-    """QAs + trajectories (with critic verdicts) of one shard; keyed on the config, shard, corpora and code."""
-    from forge.search.synthesize import synthesize_shard
+def synthesize_shard_task(
+    *, cfg: DeepSearchConfig, shard: int, corpora: str, agent_model: str | None = None,
+    generation: GenerationConfig | None = None
+) -> SearchShard:
+    """QAs + trajectories (with critic verdicts) of one shard; keyed on the config, shard, corpora and code. With
+    ``cfg.policy_agent``, a ReAct agent joins the scripted ones: over the teacher endpoint when the profile names
+    one, else over the checkpoint ``agent_model`` (the base model) under ``generation``."""
+    from forge.search.synthesize import synthesize_shard, teacher
 
-    return SearchShard(**synthesize_shard(Workspace.from_env(), cfg, shard))
+    model = None
+    if cfg.policy_agent:
+        model = teacher(cfg)
+        if model is None:
+            if agent_model is None or generation is None:
+                raise ValueError("deep_search.policy_agent needs deep_search.teacher_base_url or the recipe's base "
+                                 "model")
+            from forge.generation import local_backend
+
+            model = local_backend(generation, agent_model)
+    return SearchShard(**synthesize_shard(Workspace.from_env(), cfg, shard, model))
 
 
 @task(name="review-digest")

@@ -288,8 +288,9 @@ class ReActAgent:
     at most ``max_turns`` assistant turns (the last may only answer: its call is not run).
 
     The loop is :func:`forge.search.rollout.run_episodes`, the one agentic RL's rollouts run; here the policy is a
-    generation backend. Not run by the recipe: synthesis uses the scripted agents only;
-    tests/search/test_react_cli.py runs it on a real model."""
+    generation backend. Synthesis runs it beside the scripted agents when ``deep_search.policy_agent`` is on
+    (forge/search/synthesize.py), and the deep-search eval suite runs it on the policy;
+    tests/search/test_react_cli.py and tests/search/test_policy_agent.py run it on a real model."""
 
     name = "policy"
 

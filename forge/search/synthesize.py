@@ -29,7 +29,7 @@ from typing import Any
 from forge.config import DeepSearchConfig
 from forge.data.jsonl import read_jsonl, write_jsonl
 from forge.data.schemas import ChatSample, SearchQA, SearchTrajectory, TurnVerdict
-from forge.search.agents import SCRIPTED_AGENTS
+from forge.search.agents import SCRIPTED_AGENTS, ReActAgent
 from forge.search.critic import judge_trajectory, llm_judge
 from forge.search.heads import select_heads
 from forge.search.tools import SearchTools
@@ -62,19 +62,28 @@ def shard_heads(tools: SearchTools, cfg: DeepSearchConfig) -> list[list[str]]:
     return [heads[i :: cfg.num_shards] for i in range(cfg.num_shards)]
 
 
-def run_agents(qas: list[SearchQA], tools: SearchTools, agents: list[str], backend: Any = None
-               ) -> list[SearchTrajectory]:
-    """Every scripted agent on every QA; each trajectory carries the critic's verdicts (rule-based; with a
-    teacher ``backend`` a turn passes only if the rules and the LLM critic both pass it)."""
+def run_agents(qas: list[SearchQA], tools: SearchTools, agents: list[str], backend: Any = None,
+               policy: ReActAgent | None = None) -> list[SearchTrajectory]:
+    """Every scripted agent on every QA, then the ``policy`` agent (a model through the tools) on all of them in
+    one batch; each trajectory carries the critic's verdicts (rule-based; with a teacher ``backend`` a turn passes
+    only if the rules and the LLM critic both pass it)."""
+    pairs = [(SCRIPTED_AGENTS[name]().run(qa, tools), qa) for qa in qas for name in agents]
+    if policy is not None:
+        pairs += zip(policy.run_many(qas, tools), qas, strict=True)
     out = []
-    for qa in qas:
-        for name in agents:
-            traj = SCRIPTED_AGENTS[name]().run(qa, tools)
-            verdicts = judge_trajectory(traj, qa, tools.graph)
-            if backend is not None:
-                verdicts = combine_verdicts(verdicts, llm_judge(backend, traj, qa))
-            out.append(traj.model_copy(update={"verdicts": verdicts}))
+    for traj, qa in pairs:
+        verdicts = judge_trajectory(traj, qa, tools.graph)
+        if backend is not None:
+            verdicts = combine_verdicts(verdicts, llm_judge(backend, traj, qa))
+        out.append(traj.model_copy(update={"verdicts": verdicts}))
     return out
+
+
+def policy_agent(cfg: DeepSearchConfig, model: Any) -> ReActAgent:
+    """The ReAct agent over ``model`` (a generation backend: the teacher endpoint or the base model), greedy, with
+    the profile's tool-call and token budgets."""
+    return ReActAgent(model, max_turns=cfg.policy_agent_max_tool_calls + 1,
+                      max_new_tokens=cfg.policy_agent_max_new_tokens)
 
 
 def combine_verdicts(rule: list[TurnVerdict], llm: list[TurnVerdict]) -> list[TurnVerdict]:
@@ -98,8 +107,9 @@ def rewrite_questions(qas: list[SearchQA], backend: Any) -> list[SearchQA]:
     return out
 
 
-def synthesize_shard(ws: Workspace, cfg: DeepSearchConfig, shard: int) -> dict[str, Any]:
-    """QAs and trajectories for one head-entity shard, written to ``data/search/shards/``."""
+def synthesize_shard(ws: Workspace, cfg: DeepSearchConfig, shard: int, agent_model: Any = None) -> dict[str, Any]:
+    """QAs and trajectories for one head-entity shard, written to ``data/search/shards/``; with ``agent_model``
+    (a generation backend, when ``cfg.policy_agent``) the policy agent's trajectories join the scripted ones."""
     started = time.time()
     tools = SearchTools.load(ws, dense=cfg.dense_rerank)
     heads = shard_heads(tools, cfg)[shard]
@@ -111,7 +121,8 @@ def synthesize_shard(ws: Workspace, cfg: DeepSearchConfig, shard: int) -> dict[s
     if backend is not None:
         qas = rewrite_questions(qas, backend)
     qa_seconds = time.time() - started
-    trajs = run_agents(qas, tools, list(cfg.agents), backend)
+    trajs = run_agents(qas, tools, list(cfg.agents), backend,
+                       policy_agent(cfg, agent_model) if agent_model is not None else None)
     base = search_dir(ws) / "shards" / f"shard-{shard:04d}"
     write_jsonl(base.with_suffix(".qa.jsonl"), qas)
     write_jsonl(base.with_suffix(".traj.jsonl"), trajs)
