@@ -9,7 +9,7 @@ A run is the data flow's first phase as the recipe runs it: the pools stage, the
 a scratch checkout and home of its own, so neither reads the other's cache; the result is the md5 of the merged
 ``data/search/qa.jsonl`` and ``trajectories.jsonl`` and the wall time. The code judge runs as code RL's filter
 runs it (forge/code/data.py, inside a task of a flow on the cluster): every code-RL problem of the profile with its
-reference and a wrong answer, in ``code-judge-batch`` tasks. The cluster is the one ``forge stack up
+reference (twice, one with a comment) and two wrong answers, in ``code-judge-batch`` tasks. The cluster is the one ``forge stack up
 --ray`` starts (forge/stack.py: head and worker node, one CPU each), started here and stopped at the end.
 """
 
@@ -81,7 +81,8 @@ def judge(profile: str, ray_address: str | None) -> dict:
 
     cfg = load_profile(profile, {"cluster.ray_address": ray_address} if ray_address else None)
     problems = rl_problems(cfg.code_rl)
-    completions = {p.id: [f"```python\n{p.reference}\n```", "```python\nprint(0)\n```"] for p in problems}
+    completions = {p.id: [f"```python\n{p.reference}\n```", f"```python\n# the reference\n{p.reference}\n```",
+                          "```python\nprint(0)\n```", "```python\nprint(1)\n```"] for p in problems}
 
     @task(name="code-rl-filter-probe")
     def judged() -> list:

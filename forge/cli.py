@@ -92,9 +92,7 @@ def run(
     if remote:
         _run_remote(profile, _overrides(set_ or []))
         return
-    from flows.recipe import recipe
-
-    result = _in_process(recipe, profile, set_, verbose)
+    result = _in_process("recipe", profile, set_, verbose)
     _print_stages(result.stages)
     console.print(
         f"policy {result.policy.ref} · data md5 {result.data.data_md5} · promotion: {result.release.outcome} · "
@@ -102,12 +100,17 @@ def run(
     )
 
 
-def _in_process(flow, profile: str, set_: list[str] | None, verbose: bool):
-    """``flow(profile=..., overrides=...)`` here, under the checkout's run lock; a busy checkout or a full disk is
-    one red line and exit 1."""
+def _in_process(flow_name: str, profile: str, set_: list[str] | None, verbose: bool):
+    """The flow ``flows.recipe.<flow_name>`` run here as ``flow(profile=..., overrides=...)``, under the checkout's
+    run lock; a busy checkout or a full disk is one red line and exit 1."""
+    # Before Prefect is imported: it reads where task results go once, at import, and would keep ~/.prefect's
+    # storage (shared by every checkout) instead of this home's.
     configure_environment()
     _setup_logging(verbose)
+    import flows.recipe
     from forge.config import load_profile
+
+    flow = getattr(flows.recipe, flow_name)
 
     overrides = _overrides(set_ or [])
     load_profile(profile, overrides)  # a bad profile stops here, before any flow starts (main() reports it)
@@ -285,10 +288,9 @@ def data_build(
 ) -> None:
     """Build the recipe's data only (base model, pools, synthesis, mix, refinement, DVC) and say whether it is the
     version the checkout's committed data.dvc names: the same code and corpora give the same bytes."""
-    from flows.recipe import data_build as build
     from forge.data.versioning import committed_md5
 
-    data = _in_process(build, profile, set_, verbose)
+    data = _in_process("data_build", profile, set_, verbose)
     committed = committed_md5(Workspace.from_env().root)
     console.print(f"data md5 {data.data_md5} · {data.mix_dir}", markup=False, highlight=False, soft_wrap=True)
     if committed is None:
