@@ -9,8 +9,9 @@ A run is the data flow's first phase as the recipe runs it: the pools stage, the
 a scratch checkout and home of its own, so neither reads the other's cache; the result is the md5 of the merged
 ``data/search/qa.jsonl`` and ``trajectories.jsonl`` and the wall time. The code judge runs as code RL's filter
 runs it (forge/code/data.py, inside a task of a flow on the cluster): every code-RL problem of the profile with its
-reference (twice, one with a comment) and two wrong answers, in ``code-judge-batch`` tasks. The cluster is the one ``forge stack up
---ray`` starts (forge/stack.py: head and worker node, one CPU each), started here and stopped at the end.
+reference (twice, one with a comment) and two wrong answers, in ``code-judge-batch`` tasks. The cluster is the one
+``forge stack up --ray`` starts (forge/stack.py: head and worker node, one CPU each), started here and stopped at
+the end.
 """
 
 from __future__ import annotations
@@ -169,10 +170,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", nargs="?", default="compare", choices=["compare", "synthesize", "judge"])
     parser.add_argument("--profile", default="tiny")
-    parser.add_argument("--ray", default=None, help="HOST:PORT of a Ray cluster (synthesize only)")
+    parser.add_argument("--ray", default=None, help="HOST:PORT of a Ray cluster (synthesize, judge)")
     args = parser.parse_args()
-    if args.command in ("synthesize", "judge"):
-        print(json.dumps((synthesize if args.command == "synthesize" else judge)(args.profile, args.ray)))
+    one_run = {"synthesize": synthesize, "judge": judge}.get(args.command)
+    if one_run is not None:
+        print(json.dumps(one_run(args.profile, args.ray)))
         return
     with tempfile.TemporaryDirectory(prefix="forge-fanout-") as tmp:
         result = compare(args.profile, Path(tmp))

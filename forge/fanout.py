@@ -77,8 +77,8 @@ def fans_out() -> bool:
 def fan_map(fn: Callable[[T], R], items: Sequence[T], *, name: str, workers: int, here: bool = False) -> list[R]:
     """``[fn(x) for x in items]``: in batches, each a Prefect task ``name`` on the Ray cluster, when the flow fans
     out (a task calling this runs in the flow's process and submits to its task runner) and there are at least two
-    batches' worth (``MIN_BATCH`` items each); else (or ``here``) on ``workers`` threads in this process. ``fn`` travels to the Ray workers pickled: a closure over picklable
-    values."""
+    batches' worth (``MIN_BATCH`` items each); else (or ``here``) on ``workers`` threads in this process. ``fn``
+    travels to the Ray workers pickled: a closure over picklable values."""
     if here or len(items) < 2 * MIN_BATCH or not fans_out():
         with ThreadPoolExecutor(max_workers=workers) as pool:
             return list(pool.map(fn, items))

@@ -22,19 +22,11 @@ def synthesize_shard_task(
     """QAs + trajectories (with critic verdicts) of one shard; keyed on the config, shard, corpora and code. With
     ``cfg.policy_agent``, a ReAct agent joins the scripted ones: over the teacher endpoint when the profile names
     one, else over the checkpoint ``agent_model`` (the base model) under ``generation``."""
-    from forge.search.synthesize import synthesize_shard, teacher
+    from forge.generation import local_backend
+    from forge.search.synthesize import synthesize_shard
 
-    model = None
-    if cfg.policy_agent:
-        model = teacher(cfg)
-        if model is None:
-            if agent_model is None or generation is None:
-                raise ValueError("deep_search.policy_agent needs deep_search.teacher_base_url or the recipe's base "
-                                 "model")
-            from forge.generation import local_backend
-
-            model = local_backend(generation, agent_model)
-    return SearchShard(**synthesize_shard(Workspace.from_env(), cfg, shard, model))
+    local = local_backend(generation, agent_model) if agent_model and generation else None
+    return SearchShard(**synthesize_shard(Workspace.from_env(), cfg, shard, local))
 
 
 @task(name="review-digest")

@@ -180,19 +180,22 @@ def read_data_md5(root: str | Path, target: str = "data") -> str:
     dvc_file = Path(root) / f"{target}.dvc"
     if not dvc_file.exists():
         raise DVCError(f"{dvc_file}: not found; run version_data first")
-    outs = (yaml.safe_load(dvc_file.read_text()) or {}).get("outs") or []
-    if not outs or "md5" not in outs[0]:
+    md5 = _outs_md5(dvc_file.read_text())
+    if md5 is None:
         raise DVCError(f"{dvc_file}: no outs[0].md5 entry")
-    return outs[0]["md5"]
+    return md5
 
 
 def committed_md5(root: str | Path, target: str = "data") -> str | None:
     """The md5 ``<target>.dvc`` names in the checkout's last commit (None outside git or when none is committed)."""
     proc = subprocess.run(["git", "show", f"HEAD:{target}.dvc"], cwd=root, capture_output=True, text=True,
                           check=False)
-    if proc.returncode != 0:
-        return None
-    outs = (yaml.safe_load(proc.stdout) or {}).get("outs") or [{}]
+    return _outs_md5(proc.stdout) if proc.returncode == 0 else None
+
+
+def _outs_md5(dvc_text: str) -> str | None:
+    """``outs[0].md5`` of a ``.dvc`` file's text, None when it has none."""
+    outs = (yaml.safe_load(dvc_text) or {}).get("outs") or [{}]
     return outs[0].get("md5")
 
 

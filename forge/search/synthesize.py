@@ -108,8 +108,13 @@ def rewrite_questions(qas: list[SearchQA], backend: Any) -> list[SearchQA]:
 
 
 def synthesize_shard(ws: Workspace, cfg: DeepSearchConfig, shard: int, agent_model: Any = None) -> dict[str, Any]:
-    """QAs and trajectories for one head-entity shard, written to ``data/search/shards/``; with ``agent_model``
-    (a generation backend, when ``cfg.policy_agent``) the policy agent's trajectories join the scripted ones."""
+    """QAs and trajectories for one head-entity shard, written to ``data/search/shards/``. With ``cfg.policy_agent``
+    the policy agent's trajectories join the scripted ones: over the teacher when the profile names one, else over
+    ``agent_model`` (a generation backend: the recipe's base model)."""
+    backend = teacher(cfg)
+    agent_backend = (backend or agent_model) if cfg.policy_agent else None
+    if cfg.policy_agent and agent_backend is None:
+        raise ValueError("deep_search.policy_agent needs deep_search.teacher_base_url or the recipe's base model")
     started = time.time()
     tools = SearchTools.load(ws, dense=cfg.dense_rerank)
     heads = shard_heads(tools, cfg)[shard]
@@ -117,12 +122,11 @@ def synthesize_shard(ws: Workspace, cfg: DeepSearchConfig, shard: int, agent_mod
     qas = synthesize_qas(tools.graph, heads, quota, min_hops=cfg.walk_length_min, max_hops=cfg.walk_length_max,
                          params=WalkParams(max_hub_degree=cfg.max_hub_degree,
                                            obfuscate_head_prob=cfg.obfuscate_head_prob, seed=cfg.seed))
-    backend = teacher(cfg)
     if backend is not None:
         qas = rewrite_questions(qas, backend)
     qa_seconds = time.time() - started
     trajs = run_agents(qas, tools, list(cfg.agents), backend,
-                       policy_agent(cfg, agent_model) if agent_model is not None else None)
+                       policy_agent(cfg, agent_backend) if agent_backend is not None else None)
     base = search_dir(ws) / "shards" / f"shard-{shard:04d}"
     write_jsonl(base.with_suffix(".qa.jsonl"), qas)
     write_jsonl(base.with_suffix(".traj.jsonl"), trajs)
