@@ -98,13 +98,22 @@ def _login(page, url: str, name: str, password: str) -> None:
     page.get_by_role("button", name="Log out").wait_for()
 
 
+def _settled(page) -> None:
+    """Wait for Streamlit's rerun to finish. Mid-rerun the page holds both runs' copies of a widget (the old one marked
+    ``data-stale``), so a label can match two textareas: act on the page only once it has settled."""
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
+                           " && !document.querySelector('[data-stale=\"true\"]')")
+
+
 def _open(page, question: str) -> None:
     """Press N (the Next button's shortcut) until the trajectory asking ``question`` is shown."""
     for _ in range(10):
         shown = page.locator(".st-key-question")
         shown.wait_for()
         if shown.inner_text().strip() == question:
+            _settled(page)
             return
+        _settled(page)
         page.locator("body").press("n")
         page.wait_for_function("q => !document.querySelector('.st-key-question')?.innerText.includes(q)",
                                arg=shown.inner_text().strip())
@@ -117,7 +126,7 @@ def test_nothing_is_shown_before_login(server, page):
         page.goto(url + path)
         page.get_by_role("button", name="Log in").wait_for()
         page.get_by_role("textbox", name="Password").wait_for()
-        page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')")  # run done
+        _settled(page)
         body = page.locator("body").inner_text()
         assert store.questions["holiday"] not in body and "Accept" not in body and "Promote" not in body, path
         assert "Turns judged" not in body and "Log out" not in body
@@ -131,12 +140,15 @@ def test_review_a_trajectory_turn_by_turn(server, page, tmp_path):
 
     page.get_by_role("button", name="Accept turn 1", exact=True).click()
     page.get_by_text("Turn 1 accepted (version 1).").wait_for()
+    _settled(page)
     page.get_by_label("Comment on turn 2").fill("the visit added nothing the search had not shown")
     page.get_by_text("Turn 2: no information gain").click()
     page.get_by_role("button", name="Reject turn 2", exact=True).click()
     page.get_by_text("Turn 2 rejected (version 1).").wait_for()
+    _settled(page)
     page.locator("body").press("a")  # keyboard: accept the first turn not judged yet (turn 3)
     page.get_by_text("Turn 3 accepted (version 1).").wait_for()
+    _settled(page)
     page.get_by_label("Comment on the trajectory").fill("good except the second visit")
     page.get_by_role("button", name="Accept trajectory").click()  # its name ends with the shortcut (T)
     page.get_by_text("Trajectory accepted (version 1).").wait_for()
@@ -187,19 +199,24 @@ def test_keyboard_alone_clears_a_30_turn_trajectory_after_the_critic_failures(se
     # The page walks the queue in the plan's order, N after N, up to the 30-turn trajectory.
     for question in planned[: planned.index(store.questions["thirty"])]:
         page.locator(".st-key-question").get_by_text(question, exact=True).wait_for()
+        _settled(page)
         page.locator("body").press("n")
     page.locator(".st-key-question").get_by_text(store.questions["thirty"], exact=True).wait_for()
     # The turn index: a link per turn, each marked pending (its icon's name is part of the link's name).
     page.get_by_role("link", name="radio_button_unchecked icon 30", exact=True).wait_for()
     assert page.get_by_role("link", name="radio_button_unchecked icon 31", exact=True).count() == 0
 
+    _settled(page)
     page.locator("body").press("a")  # accept turn 1
     page.get_by_text("Turn 1 accepted (version 1).").wait_for()
+    _settled(page)
     page.locator("body").press("x")  # reject turn 2
     page.get_by_text("Turn 2 rejected (version 1).").wait_for()
+    _settled(page)
     page.locator("body").press("Shift+A")  # accept the 28 left
     page.get_by_text("Accepted the 28 remaining turn(s).").wait_for()
     page.get_by_role("link", name="check_circle icon 30", exact=True).wait_for()  # now marked judged
+    _settled(page)
     page.locator("body").press("t")
     page.get_by_text("Trajectory accepted (version 1).").wait_for()
 
@@ -219,6 +236,6 @@ def test_no_request_leaves_the_machine(server, page):
     for title in ("Agreement", "Latest run", "Data mixes", "Evaluations", "Registry", "Review"):
         page.get_by_test_id("stSidebarNav").get_by_role("link", name=title).click()
         page.get_by_role("heading", level=1).first.wait_for()
-        page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')")
+        _settled(page)
     page.wait_for_timeout(1000)
     assert outside == []
