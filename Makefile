@@ -44,7 +44,7 @@ run: setup
 	$(VENV)/bin/forge run --profile $(PROFILE)
 
 test: setup browser
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --durations=25  # the slowest tests in every log: the 30-minute budget is watched there
 
 ui: setup
 	$(VENV)/bin/forge ui
