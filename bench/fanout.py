@@ -3,6 +3,7 @@
     .venv/bin/python bench/fanout.py [--profile tiny]          # both, side by side → bench/results/fanout-<p>.json
     .venv/bin/python bench/fanout.py synthesize --profile tiny [--ray HOST:PORT]   # one run, in this checkout
     .venv/bin/python bench/fanout.py judge --profile tiny [--ray HOST:PORT]        # the code judge, one run
+    .venv/bin/python bench/fanout.py both --profile tiny [--ray HOST:PORT]         # synthesis then the judge, one process
 
 A run is the data flow's first phase as the recipe runs it: the pools stage, then the ``synthesize-search`` flow
 (one task per head-entity shard, the merge), on the cluster when ``--ray`` names one (forge/fanout.py). Each run has
@@ -99,7 +100,12 @@ def judge(profile: str, ray_address: str | None) -> dict:
     return {"ray_address": ray_address, "seconds": round(seconds, 1), "verdicts": verdicts}
 
 
-def run_in_scratch(profile: str, ray_address: str | None, base: Path, command: str = "synthesize") -> dict:
+def both(profile: str, ray_address: str | None) -> dict:
+    """Synthesis, then the judge, in one process (each subprocess pays for its imports and Prefect's start)."""
+    return {"synthesize": synthesize(profile, ray_address), "judge": judge(profile, ray_address)}
+
+
+def run_in_scratch(profile: str, ray_address: str | None, base: Path, command: str = "both") -> dict:
     """One ``command`` run in a fresh scratch checkout and home, as a subprocess; its JSON result."""
     root = scratch_checkout(root=base / command / ("ray" if ray_address else "in-process"))
     cmd = [sys.executable, str(Path(__file__)), command, "--profile", profile]
@@ -140,8 +146,8 @@ def compare(profile: str, base: Path) -> dict:
     of the cluster still runs after it is stopped."""
     from forge.stack import live_members, ray_services, running_pid, start, stop
 
-    in_process = run_in_scratch(profile, None, base)
-    judge_here = run_in_scratch(profile, None, base, "judge")
+    here = run_in_scratch(profile, None, base)
+    in_process, judge_here = here["synthesize"], here["judge"]
     cluster = ray_cluster(base / "stack-home")
     cluster.dir.mkdir(parents=True, exist_ok=True)
     nodes = ray_services(cluster)
@@ -149,8 +155,8 @@ def compare(profile: str, base: Path) -> dict:
     try:
         groups = [start(cluster, service) for service in nodes]
         cluster_seconds = time.time() - started
-        on_ray = run_in_scratch(profile, cluster.ray_address, base)
-        judge_ray = run_in_scratch(profile, cluster.ray_address, base, "judge")
+        ray = run_in_scratch(profile, cluster.ray_address, base)
+        on_ray, judge_ray = ray["synthesize"], ray["judge"]
         workers = {name: task_workers(cluster, name) for name in ("search-shard", "code-judge-batch")}
     finally:
         stop(cluster, only=nodes)
@@ -168,11 +174,11 @@ def compare(profile: str, base: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", nargs="?", default="compare", choices=["compare", "synthesize", "judge"])
+    parser.add_argument("command", nargs="?", default="compare", choices=["compare", "both", "synthesize", "judge"])
     parser.add_argument("--profile", default="tiny")
-    parser.add_argument("--ray", default=None, help="HOST:PORT of a Ray cluster (synthesize, judge)")
+    parser.add_argument("--ray", default=None, help="HOST:PORT of a Ray cluster (both, synthesize, judge)")
     args = parser.parse_args()
-    one_run = {"synthesize": synthesize, "judge": judge}.get(args.command)
+    one_run = {"both": both, "synthesize": synthesize, "judge": judge}.get(args.command)
     if one_run is not None:
         print(json.dumps(one_run(args.profile, args.ray)))
         return
