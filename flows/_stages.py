@@ -9,8 +9,8 @@ nest under and the lineage tags) and the run summary that ``forge status`` print
             ckpt = sft.stage("sft-1-ctx-256", sft_stage_task, stage=cfg.sft.curriculum[0], init=base, data=mix)
 
 The summary (``$FORGE_HOME/runs/latest.json`` and ``runs/<flow run id>.json``) records per stage its state,
-duration, MLflow run, registered version and headline metrics; it is rewritten atomically after every stage, so a
-killed run leaves an honest record of what had finished.
+duration, CPU seconds and peak memory (forge/usage.py), MLflow run, registered version and headline metrics; it is
+rewritten atomically after every stage, so a killed run leaves an honest record of what had finished.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from flows.links import (
 from forge.atomic import atomic_write_text
 from forge.fanout import fans_out
 from forge.stages import Checkpoint, DataMix, Release, StageResult
+from forge.usage import UsageMeter
 from forge.workspace import DiskFullError, Workspace, disk_full, disk_full_message
 from registry.tracking import (
     FLOW_RUN_ID_TAG,
@@ -141,7 +142,9 @@ class RecipeRun:
         """Run ``task`` as stage ``name`` with keyword ``inputs`` (plus this run's ``ctx`` when the task takes one):
         record state, time and result in the summary, and recompute a cache hit whose files are gone."""
         task, inputs, started = self._begin(name, task, inputs)
-        return self._finish(name, task, inputs, started=started, state=task(return_state=True, **inputs))
+        meter = UsageMeter()
+        state = task(return_state=True, **inputs)
+        return self._finish(name, task, inputs, started=started, state=state, usage=meter.stop())
 
     def stages(self, calls: list[tuple[str, Any, dict[str, Any]]]) -> list[Any]:
         """Independent stages ``(name, task, inputs)``: submitted together when the flow runs on a Ray cluster
@@ -167,7 +170,9 @@ class RecipeRun:
         log.info("stage %s: started", name)
         return task, inputs, started
 
-    def _finish(self, name: str, task: Any, inputs: dict[str, Any], *, started: float, state: Any) -> Any:
+    def _finish(self, name: str, task: Any, inputs: dict[str, Any], *, started: float, state: Any,
+                usage: dict[str, float] | None = None) -> Any:
+        """Record the stage's outcome; ``usage`` (forge/usage.py) where it ran in this process."""
         try:
             result = state.result()
         except Exception as err:
@@ -183,7 +188,8 @@ class RecipeRun:
             result, cached = task.with_options(refresh_cache=True)(return_state=True, **inputs).result(), False
         seconds = time.time() - started
         log.info("stage %s: %s in %.1f s", name, "cached" if cached else "done", seconds)
-        fields: dict[str, Any] = {"state": "cached" if cached else "completed", "seconds": round(seconds, 2)}
+        fields: dict[str, Any] = {"state": "cached" if cached else "completed", "seconds": round(seconds, 2),
+                                  **(usage or {})}
         if isinstance(result, StageResult):
             fields.update(run_id=result.run_id, metrics=result.metrics)
         if isinstance(result, Checkpoint) and result.version:

@@ -2,7 +2,7 @@
 
     forge run --profile tiny        the whole recipe (embedded Prefect, MLflow, DVC under .forge/)
     forge run --set pointwise_rl.grpo.beta=0.1      the same with one profile field overridden
-    forge status                    stages of the latest run: state, duration, MLflow run, registered version
+    forge status                    stages of the latest run: state, duration, CPU, memory, MLflow run, version
     forge ui                        Prefect UI and MLflow UI on 127.0.0.1
     forge promote / forge rollback  move `champion` through the promotion gate, or back
     forge signoff 7 --by ana        a person approves version 7 (where the profile's gate requires it)
@@ -162,11 +162,13 @@ def _run_remote(profile: str, overrides: dict) -> None:
 
 def _print_stages(stages: dict) -> None:
     table = Table(title="recipe stages")
-    for col in ("stage", "state", "seconds", "MLflow run", "version"):
-        table.add_column(col)
+    for col in ("stage", "state", "seconds", "CPU s · peak MB", "MLflow run", "version"):
+        table.add_column(col, no_wrap=col in ("stage", "state"))  # an 80-column pipe wraps the figures instead
     for name, st in stages.items():
-        table.add_row(name, st.get("state", "?"), f"{st.get('seconds', 0):.1f}", str(st.get("run_id", "") or "")[:12],
-                      str(st.get("version", "") or ""))
+        # what the stage cost this process (forge/usage.py); nothing for one that ran on a Ray worker
+        usage = f"{st['cpu_s']:.0f} · {st['peak_rss_mb']:.0f}" if "cpu_s" in st else ""
+        table.add_row(name, st.get("state", "?"), f"{st.get('seconds', 0):.1f}", usage,
+                      str(st.get("run_id", "") or "")[:8], str(st.get("version", "") or ""))
     console.print(table)
     figures = Table(title="stage metrics (all of them: forge status --json, or the stage's MLflow run)")
     figures.add_column("stage", no_wrap=True)

@@ -106,6 +106,8 @@ def test_resume_redoes_no_finished_stage(scenario):
         assert stages[name]["state"] == "cached", (name, stages[name])
     assert stages["sft-2-ctx-256"]["state"] == "completed"
     assert stages["sft-3-ctx-512"]["state"] == "completed"
+    # What each stage cost this process (forge/usage.py): a training stage spends CPU and holds a model.
+    assert stages["sft-3-ctx-512"]["cpu_s"] > 0 and stages["sft-3-ctx-512"]["peak_rss_mb"] > 100
     assert "resum" in scenario["second_out"].lower()  # the trainer continued from its checkpoint
 
 
