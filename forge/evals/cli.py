@@ -171,6 +171,9 @@ def matrix(
 ) -> None:
     """The whole matrix on ``models:/MODEL@ALIAS``, recorded on the version, then the gate (flows/evaluate.py, the
     `evaluate-candidate` deployment's flow)."""
+    from forge.workspace import configure_environment
+
+    configure_environment()  # before Prefect is imported: it reads where results go then (else ~/.prefect, shared)
     from flows.evaluate import evaluate_registered
 
     for report in evaluate_registered(profile=profile, model_name=model_name, alias=alias, gate=gate):

@@ -285,6 +285,12 @@ def test_candidate_matrix_records_every_domain_and_gates(scenario):
     out = _forge(root, "eval", "matrix", "--profile", str(PROFILE))
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
     assert "forge-policy/" in out.stdout and ("promoted" in out.stdout or "refused" in out.stdout)
+    # Its Prefect is the checkout's (not ~/.prefect, where another checkout's cached reports would be served).
+    import sqlite3
+
+    db = sqlite3.connect(root / ".forge" / "prefect" / "prefect.db")
+    assert db.execute("SELECT count(*) FROM flow_run JOIN flow ON flow.id = flow_run.flow_id"
+                      " WHERE flow.name = 'evaluate-registered'").fetchone()[0] == 1
     code = (
         "import json\n"
         "from mlflow import MlflowClient\n"
