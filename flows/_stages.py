@@ -143,8 +143,11 @@ class RecipeRun:
         record state, time and result in the summary, and recompute a cache hit whose files are gone."""
         task, inputs, started = self._begin(name, task, inputs)
         meter = UsageMeter()
-        state = task(return_state=True, **inputs)
-        return self._finish(name, task, inputs, started=started, state=state, usage=meter.stop())
+        try:
+            state = task(return_state=True, **inputs)
+            return self._finish(name, task, inputs, started=started, state=state, meter=meter)
+        finally:
+            meter.stop()  # a failed stage's sampler ends too
 
     def stages(self, calls: list[tuple[str, Any, dict[str, Any]]]) -> list[Any]:
         """Independent stages ``(name, task, inputs)``: submitted together when the flow runs on a Ray cluster
@@ -171,8 +174,9 @@ class RecipeRun:
         return task, inputs, started
 
     def _finish(self, name: str, task: Any, inputs: dict[str, Any], *, started: float, state: Any,
-                usage: dict[str, float] | None = None) -> Any:
-        """Record the stage's outcome; ``usage`` (forge/usage.py) where it ran in this process."""
+                meter: UsageMeter | None = None) -> Any:
+        """Record the stage's outcome; with a ``meter`` (forge/usage.py, a stage run in this process) what it cost,
+        a recomputed cache hit included."""
         try:
             result = state.result()
         except Exception as err:
@@ -189,7 +193,7 @@ class RecipeRun:
         seconds = time.time() - started
         log.info("stage %s: %s in %.1f s", name, "cached" if cached else "done", seconds)
         fields: dict[str, Any] = {"state": "cached" if cached else "completed", "seconds": round(seconds, 2),
-                                  **(usage or {})}
+                                  **(meter.stop() if meter else {})}
         if isinstance(result, StageResult):
             fields.update(run_id=result.run_id, metrics=result.metrics)
         if isinstance(result, Checkpoint) and result.version:

@@ -32,12 +32,14 @@ def rss_bytes() -> int:
 
 
 class UsageMeter:
-    """Started at a stage's start, read at its end: ``stop()`` gives ``{"cpu_s", "peak_rss_mb"}``."""
+    """Started at a stage's start, read at its end: ``stop()`` gives ``{"cpu_s", "peak_rss_mb"}`` (the same figures
+    when called again)."""
 
     def __init__(self) -> None:
         self._cpu = cpu_seconds()
         self._peak = rss_bytes()
         self._done = threading.Event()
+        self._result: dict[str, float] | None = None
         self._sampler = threading.Thread(target=self._sample, name="forge-usage", daemon=True)
         self._sampler.start()
 
@@ -46,7 +48,9 @@ class UsageMeter:
             self._peak = max(self._peak, rss_bytes())
 
     def stop(self) -> dict[str, float]:
-        self._done.set()
-        self._sampler.join()
-        peak = max(self._peak, rss_bytes())
-        return {"cpu_s": round(cpu_seconds() - self._cpu, 2), "peak_rss_mb": round(peak / 2**20, 1)}
+        if self._result is None:
+            self._done.set()
+            self._sampler.join()
+            peak = max(self._peak, rss_bytes())
+            self._result = {"cpu_s": round(cpu_seconds() - self._cpu, 2), "peak_rss_mb": round(peak / 2**20, 1)}
+        return self._result
