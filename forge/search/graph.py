@@ -13,15 +13,22 @@ adds what search, walks and questions need:
 
     g = SearchGraph.load(ws.corpora)
     g.title(mid), g.label(relation), g.tails(mid, relation)
+
+The graph is read-only once loaded, so what walks and agents ask again and again (an entity's named edges by
+relation, its years, the sorted entity list, per-date indexes) is computed once per entity or per graph and kept
+in :attr:`SearchGraph._memo`; the accessors hand out copies.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 from forge.data.corpora import DATE_ATTRS, KnowledgeGraph, load_json
@@ -87,6 +94,7 @@ class SearchGraph:
     types: dict[str, str]  # mid → coarse type
     in_relations: dict[str, Counter]  # mid → Counter of relations pointing at it
     paragraphs: dict[str, tuple[str, str]]  # mid → (corpus, real Wikipedia paragraph)
+    _memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     @functools.cache
@@ -123,13 +131,14 @@ class SearchGraph:
 
     def with_description(self, description: str) -> list[str]:
         """Entities whose Wikidata description is exactly ``description``."""
-        if not hasattr(self, "_by_description"):
+        def build() -> dict[str, list[str]]:
             index: dict[str, list[str]] = defaultdict(list)
             for m in self.titles:
                 if m in self.kg.descriptions:
                     index[self.kg.descriptions[m]].append(m)
-            self._by_description = dict(index)
-        return self._by_description.get(description, [])
+            return dict(index)
+
+        return list(self.cached("by_description", build).get(description, []))
 
     def resolve(self, title: str) -> str | None:
         """The entity whose page title is ``title`` (case-insensitive), or None."""
@@ -139,27 +148,69 @@ class SearchGraph:
         return self.labels[relation]
 
     # --- structure --------------------------------------------------------------------------------------
+    def cached(self, key: str, build: Callable[[], Any]) -> Any:
+        """``build()``, computed once per graph under ``key`` (an index over the whole, read-only graph)."""
+        if key not in self._memo:
+            self._memo[key] = build()
+        return self._memo[key]
+
     @property
     def entities(self) -> list[str]:
-        return sorted(self.titles)
+        return list(self.cached("entities", lambda: tuple(sorted(self.titles))))
 
     def degree(self, mid: str) -> int:
         return self.kg.degree.get(mid, 0)
 
+    def _named_edges(self, mid: str) -> tuple[tuple[tuple[str, str], ...], dict[str, tuple[str, ...]]]:
+        """The entity's named out-edges in graph order, and the same grouped by relation (kept per entity)."""
+        memo = self.cached("named_edges", dict)
+        found = memo.get(mid)
+        if found is None:
+            edges = tuple((r, t) for r, t in self.kg.out_edges.get(mid, []) if t in self.titles)
+            by_relation: dict[str, list[str]] = {}
+            for r, t in edges:
+                by_relation.setdefault(r, []).append(t)
+            found = memo[mid] = (edges, {r: tuple(ts) for r, ts in by_relation.items()})
+        return found
+
     def out_edges(self, mid: str) -> list[tuple[str, str]]:
         """Outgoing (relation, tail) pairs whose tail has a page (unnamed Freebase nodes are skipped)."""
-        return [(r, t) for r, t in self.kg.out_edges.get(mid, []) if t in self.titles]
+        return list(self._named_edges(mid)[0])
 
     def tails(self, mid: str, relation: str) -> list[str]:
-        return [t for r, t in self.out_edges(mid) if r == relation]
+        return list(self._named_edges(mid)[1].get(relation, ()))
+
+    def _dates(self, mid: str) -> tuple[tuple[tuple[str, int], ...], dict[str, int]]:
+        """The entity's sorted (attribute, year) facts and the earliest year per attribute (kept per entity)."""
+        memo = self.cached("dates", dict)
+        found = memo.get(mid)
+        if found is None:
+            facts = tuple(sorted(set(self.kg.years.get(mid, []))))
+            earliest: dict[str, int] = {}
+            for a, y in facts:  # sorted: the first year of an attribute is its smallest
+                earliest.setdefault(a, y)
+            found = memo[mid] = (facts, earliest)
+        return found
 
     def years(self, mid: str) -> list[tuple[str, int]]:
         """(date attribute, year) facts, e.g. ("date_of_birth", 1961)."""
-        return sorted(set(self.kg.years.get(mid, [])))
+        return list(self._dates(mid)[0])
 
     def year(self, mid: str, attr: str) -> int | None:
-        found = [y for a, y in self.years(mid) if a == attr]
-        return min(found) if found else None
+        return self._dates(mid)[1].get(attr)
+
+    def dated_between(self, attr: str, low: int, high: int) -> list[str]:
+        """Entities whose :meth:`year` for ``attr`` lies in [low, high], by year then mid (a per-attribute index
+        over every entity, sorted by year and searched by bisection)."""
+        def build() -> dict[str, tuple[list[int], list[str]]]:
+            rows: dict[str, list[tuple[int, str]]] = defaultdict(list)
+            for m in self.titles:
+                for a, y in self._dates(m)[1].items():
+                    rows[a].append((y, m))
+            return {a: ([y for y, _ in sorted(r)], [m for _, m in sorted(r)]) for a, r in rows.items()}
+
+        years, mids = self.cached("dated", build).get(attr, ([], []))
+        return mids[bisect_left(years, low) : bisect_right(years, high)]
 
     def last_update(self, mid: str) -> int | None:
         """Latest year among the entity's own dated facts and those of its direct neighbours.

@@ -25,6 +25,7 @@ import json
 import logging
 import re
 from collections import Counter
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,17 +73,21 @@ def freebase_types(g: SearchGraph, mid: str) -> set[str]:
     return {"/".join(r.strip("/").split("/")[:2]) for r, _ in g.kg.out_edges.get(mid, [])}
 
 
-def categorical_relations(g: SearchGraph) -> set[str]:
-    edges: Counter = Counter()
-    tails: dict[str, set[str]] = {}
-    for es in g.kg.out_edges.values():
-        for r, t in es:
-            edges[r] += 1
-            tails.setdefault(r, set()).add(t)
-    return {r for r, n in edges.items() if n >= 50 and len(tails[r]) / n < CATEGORICAL_TAIL_RATIO}
+def categorical_relations(g: SearchGraph) -> frozenset[str]:
+    """Relations whose tails are values (few distinct tails per edge): computed once per graph."""
+    def build() -> frozenset[str]:
+        edges: Counter = Counter()
+        tails: dict[str, set[str]] = {}
+        for es in g.kg.out_edges.values():
+            for r, t in es:
+                edges[r] += 1
+                tails.setdefault(r, set()).add(t)
+        return frozenset(r for r, n in edges.items() if n >= 50 and len(tails[r]) / n < CATEGORICAL_TAIL_RATIO)
+
+    return g.cached("categorical_relations", build)
 
 
-def heuristic_reasons(g: SearchGraph, mid: str, categorical: set[str]) -> list[str]:
+def heuristic_reasons(g: SearchGraph, mid: str, categorical: AbstractSet[str]) -> list[str]:
     """Why the heuristic takes ``mid`` for a generic / concept entity (empty: it looks specific)."""
     reasons = []
     types = freebase_types(g, mid)

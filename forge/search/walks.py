@@ -20,6 +20,7 @@ the answer.
 from __future__ import annotations
 
 import random
+from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -127,7 +128,7 @@ def _conditions(g: SearchGraph, mid: str, rng: random.Random) -> list[Condition]
 
 
 def sample_walk(g: SearchGraph, head: str, rng: random.Random, params: WalkParams,
-                categorical: set[str] | None = None) -> Walk | None:
+                categorical: AbstractSet[str] | None = None) -> Walk | None:
     """One conditional random walk of ``params.hops`` hops from ``head``, or None when it gets stuck."""
     categorical = categorical_relations(g) if categorical is None else categorical
     seen, used = {head}, set()
@@ -190,7 +191,7 @@ def answer_set(g: SearchGraph, spec: dict[str, Any]) -> set[str]:
     optional condition. A well-formed question gives exactly one entity."""
     if spec.get("head_condition"):
         cond = Condition(**spec["head_condition"])
-        current = {m for m in g.entities if cond.holds(g, m)}  # the whole graph, not an index: an independent check
+        current = {m for m in _candidates(g, cond) if cond.holds(g, m)}
     else:
         current = {spec["head"]}
     for hop in spec["hops"]:
@@ -198,6 +199,17 @@ def answer_set(g: SearchGraph, spec: dict[str, Any]) -> set[str]:
         cond = Condition(**hop["condition"]) if hop.get("condition") else None
         current = {t for m in current for t in g.tails(m, relation) if cond is None or cond.holds(g, t)}
     return current
+
+
+def _candidates(g: SearchGraph, cond: Condition) -> list[str]:
+    """Every entity of the graph that may satisfy ``cond``: those dated within its year range when it has one (the
+    graph's per-date index, not the description index the walk chose the head with: an independent check), else
+    those with its description, else all. A superset; the caller applies ``cond.holds``."""
+    if cond.date_attr is not None:
+        return g.dated_between(cond.date_attr, cond.low, cond.high)
+    if cond.description is not None:
+        return g.with_description(cond.description)
+    return g.entities
 
 
 def question_text(g: SearchGraph, walk: Walk) -> str:
