@@ -131,6 +131,80 @@ def _load_or_build(path: Path, docs: list[str]) -> Any:
     return retriever
 
 
+@dataclass(frozen=True)
+class _Cut:
+    """One field's top ``n`` for a query, as ``retriever.retrieve(k=n)`` gives it (scoring documents only).
+
+    ``ranked``: best first, ties by index, every document whose place does not depend on how ties are broken;
+    ``tied``: the documents scoring exactly the ``n``-th best score when more of them than the top ``n`` holds
+    score it (``retrieve`` keeps ``n - len(ranked)`` of them, as bm25s's ``topk`` chooses); else empty."""
+
+    scores: np.ndarray
+    ranked: list[int]
+    tied: list[int]
+
+
+def _ranked(docs: np.ndarray, scores: np.ndarray) -> list[int]:
+    return docs[np.lexsort((docs, -scores[docs]))].tolist()
+
+
+def _top_docs(retriever: Any, terms: list[str], n: int) -> _Cut:
+    """The field's top ``n`` without ``retrieve``'s per-call thread pool and progress bar: the index's own
+    ``get_scores``, then the scoring documents (at most ``n``) or those at or above the ``n``-th best score."""
+    if not terms:
+        return _Cut(np.zeros(0, dtype=np.float32), [], [])
+    scores = retriever.get_scores(terms)
+    docs = np.flatnonzero(scores > 0)
+    if len(docs) <= n:
+        return _Cut(scores, _ranked(docs, scores), [])
+    found = scores[docs]
+    cut = np.partition(found, len(found) - n)[len(found) - n]  # the n-th best score
+    if np.count_nonzero(found >= cut) == n:
+        return _Cut(scores, _ranked(docs[found >= cut], scores), [])
+    return _Cut(scores, _ranked(docs[found > cut], scores), sorted(docs[found == cut].tolist()))
+
+
+def _break_tie(cut: _Cut, n: int) -> _Cut:
+    """The cut with its tie broken by bm25s's ``topk`` over every document, as ``retrieve`` breaks it."""
+    from bm25s.selection import topk
+
+    if not cut.tied:
+        return cut
+    _, top = topk(cut.scores, n, backend="auto", sorted=True)
+    return _Cut(cut.scores, _ranked(top[cut.scores[top] > 0], cut.scores), [])
+
+
+def _fused_order(cuts: list[_Cut], after: Any, depth: int) -> list[int] | None:
+    """Documents in reciprocal-rank-fusion order of the fields' rankings (``after(doc)`` True sorts a document
+    after every False one; then fused score, then index), or None when the first ``depth`` could depend on which
+    tied documents a field keeps. Fusing the two fields lets long pages (many facts) still rank on their lead.
+
+    A tied document scores at most what it has from the other fields plus the best rank the tie could give it;
+    when even that bound leaves it behind the first ``depth`` untied documents, the tie changes nothing there."""
+    fused: dict[int, float] = {}
+    for cut in cuts:
+        for rank, d in enumerate(cut.ranked):
+            fused[d] = fused.get(d, 0.0) + 1.0 / (RRF_K + rank)
+    tied = {d for cut in cuts for d in cut.tied}
+    order = sorted(((after(d), -s, d) for d, s in fused.items() if d not in tied))
+    if tied:
+        if len(order) < depth:
+            return None
+        bound = dict.fromkeys(tied, 0.0)
+        for cut in cuts:  # the same additions, in the same order, as a kept tied document would get
+            best = 1.0 / (RRF_K + len(cut.ranked))
+            for rank, d in enumerate(cut.ranked):
+                if d in bound:
+                    bound[d] += 1.0 / (RRF_K + rank)
+            for d in cut.tied:
+                bound[d] += best
+        last = order[depth - 1]
+        if any((after(d), -s, d) <= last for d, s in bound.items()):
+            return None
+        order = order[:depth]
+    return [d for _, _, d in order]
+
+
 def _tokens(text: str) -> set[str]:
     return set(_WORD.findall(text.lower()))
 
@@ -144,6 +218,7 @@ class SearchTools:
     _by_mid: dict[str, Page] = field(default_factory=dict)
     _encoder: Any = None
     _python_memo: dict[str, str] = field(default_factory=dict)
+    _lead_phrases: dict[int, str] = field(default_factory=dict)
 
     @classmethod
     def load(cls, ws: Workspace | None = None, *, dense: bool = False) -> SearchTools:
@@ -183,23 +258,28 @@ class SearchTools:
         tokens = bm25s.tokenize([query], stopwords="en", show_progress=False)
         if not tokens.vocab:
             return []
+        terms = bm25s.tokenization.convert_tokenized_to_string_list(tokens)[0]
         n = min(len(self.pages), max(k * 4, PHRASE_POOL))
-        fused: dict[int, float] = {}
-        for retriever in self.retrievers.values():
-            # Reciprocal-rank fusion of the two fields: long pages (many facts) still rank on their lead.
-            docs, scores = retriever.retrieve(tokens, k=n, show_progress=False, n_threads=1)
-            ranked = sorted((-float(s), int(d)) for d, s in zip(docs[0], scores[0], strict=True) if s > 0)
-            for rank, (_, d) in enumerate(ranked):
-                fused[d] = fused.get(d, 0.0) + 1.0 / (RRF_K + rank)
-        hits = [self.pages[d] for d, _ in sorted(fused.items(), key=lambda x: (-x[1], x[0]))]
         # A query that is a phrase of a page's lead sentence (a name, a description) ranks that page first:
         # BM25 alone lets short pages sharing two common words ("American", "actor") win.
         phrase = _phrase(_YEAR.sub(" ", query))
-        if len(phrase) >= 8:
-            hits = sorted(hits, key=lambda p: phrase not in _phrase(p.lines[0]))  # stable: BM25 order within
+        first = (lambda d: phrase not in self._lead_phrase(d)) if len(phrase) >= 8 else (lambda d: False)
+        depth = max(k * 4, DENSE_POOL) if self.dense else k  # how many of the order the result depends on
+        cuts = [_top_docs(retriever, terms, n) for retriever in self.retrievers.values()]
+        order = _fused_order(cuts, first, depth)
+        if order is None:  # a tie at a field's cut could change the result: let bm25s break it as retrieve does
+            order = _fused_order([_break_tie(cut, n) for cut in cuts], first, depth)
+        hits = [self.pages[d] for d in order]
         if self.dense and hits:
-            hits = self._rerank(query, hits[: max(k * 4, DENSE_POOL)])
+            hits = self._rerank(query, hits[:depth])
         return hits[:k]
+
+    def _lead_phrase(self, doc: int) -> str:
+        """The page's lead sentence as :func:`_phrase` words (kept per page: every query re-reads the leads)."""
+        found = self._lead_phrases.get(doc)
+        if found is None:
+            found = self._lead_phrases[doc] = _phrase(self.pages[doc].lines[0])
+        return found
 
     def search(self, query: str, k: int = 5) -> str:
         hits = self.search_pages(query, k)

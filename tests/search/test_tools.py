@@ -9,7 +9,7 @@ import pytest
 
 from forge.search.graph import relation_words
 from forge.search.pages import render_page
-from forge.search.tools import TOOL_SPECS, SearchTools, focus, parse_results, validate_arguments
+from forge.search.tools import PHRASE_POOL, TOOL_SPECS, SearchTools, focus, parse_results, validate_arguments
 
 
 def test_relation_labels_are_unique_and_readable(graph):
@@ -112,3 +112,47 @@ def test_forge_tools_command_line(tools):
     assert page.exit_code == 0 and "The music of The Holiday is Hans Zimmer." in page.output
     missing = runner.invoke(app, ["tools", "visit", "No Such Page At All"])
     assert missing.exit_code == 1 and "no page titled" in missing.output
+
+
+def _retrieve_ranking(tools, query: str, k: int) -> list[str]:
+    """The ranking through bm25s's own ``retrieve`` per field (how search read the index before it scored it
+    directly): the oracle for ``search_pages``."""
+    import bm25s
+
+    from forge.search.tools import _YEAR, PHRASE_POOL, RRF_K, _phrase
+
+    tokens = bm25s.tokenize([query], stopwords="en", show_progress=False)
+    if not tokens.vocab:
+        return []
+    n = min(len(tools.pages), max(k * 4, PHRASE_POOL))
+    fused: dict[int, float] = {}
+    for retriever in tools.retrievers.values():
+        docs, scores = retriever.retrieve(tokens, k=n, show_progress=False, n_threads=1)
+        ranked = sorted((-float(s), int(d)) for d, s in zip(docs[0], scores[0], strict=True) if s > 0)
+        for rank, (_, d) in enumerate(ranked):
+            fused[d] = fused.get(d, 0.0) + 1.0 / (RRF_K + rank)
+    hits = [tools.pages[d] for d, _ in sorted(fused.items(), key=lambda x: (-x[1], x[0]))]
+    phrase = _phrase(_YEAR.sub(" ", query))
+    if len(phrase) >= 8:
+        hits = sorted(hits, key=lambda p: phrase not in _phrase(p.lines[0]))
+    return [p.mid for p in hits[:k]]
+
+
+def test_search_ranks_as_bm25s_retrieve_does_ties_included(tools, graph):
+    import random
+
+    from forge.search.tools import _fused_order, _top_docs
+
+    rng = random.Random(4)
+    queries = ["American actor", "English footballer", "television series", "city", "film 2005", "the of"]
+    for m in rng.sample(graph.entities, 60):
+        queries += [graph.title(m), graph.description(m) or graph.title(m)]
+    ties = fallbacks = 0
+    for query in queries:
+        for k in (1, 5, 20):
+            assert [p.mid for p in tools.search_pages(query, k)] == _retrieve_ranking(tools, query, k), (query, k)
+        terms = query.lower().split()
+        cuts = [_top_docs(r, terms, PHRASE_POOL) for r in tools.retrievers.values()]
+        ties += any(c.tied for c in cuts)
+        fallbacks += _fused_order(cuts, lambda d: False, 20) is None
+    assert ties and fallbacks  # both ways through a tie at the cut were taken
