@@ -5,8 +5,6 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.forge-installed
 PROFILE ?= tiny
-# Some machines' pip.conf names local index folders that do not exist; pip warns once per package about them.
-PIP_QUIET := { grep -v "^WARNING: Location '.*' is ignored" || true; }
 
 # Offline and tidy (docs/stack.md): nothing reaches a hub, nothing phones home.
 export HF_HUB_OFFLINE := 1
@@ -33,11 +31,9 @@ browser:
 	    echo "could not install chromium: the browser tests will skip"; \
 	  else echo "no chromium (and not root with apt): the browser tests will skip"; fi; }
 
-$(STAMP): pyproject.toml constraints.txt
-	@test -x $(PY) || python3 -m venv $(VENV)
-	@# torch first, from the CPU wheel on disk; any other torch request would pull a CUDA build.
-	set -o pipefail; $(PY) -m pip install -q torch==2.13.0 2>&1 | $(PIP_QUIET)
-	set -o pipefail; $(PY) -m pip install -q -c constraints.txt -e '.[dev]' 2>&1 | $(PIP_QUIET)
+$(STAMP): pyproject.toml constraints.txt infra/install_venv.sh
+	@# torch first, from the CPU wheel on disk; any other torch request would pull a CUDA build. uv when it can be had.
+	infra/install_venv.sh $(VENV)
 	@touch $(STAMP)
 
 run: setup
