@@ -19,3 +19,20 @@ def test_configs_are_keyed_by_value_not_by_source():
     """Editing forge/config.py (a new section) must not retrain the base: configs enter keys as input values."""
     closure = library_closure(("forge.training.base_model",))
     assert "forge.training.base_model" in closure and "forge.config" not in closure
+
+
+def test_a_file_edited_in_a_running_process_is_parsed_again(tmp_path):
+    """The parsed imports are kept per version of a file (a long-lived worker computes many keys): an edit that
+    changes what a module imports changes its closure in the same process."""
+    import os
+
+    from tasks._cache import _library_imports
+
+    source = tmp_path / "stage.py"
+    source.write_text("from forge.usage import UsageMeter\n")
+    stat = os.stat(source)
+    assert _library_imports(str(source), stat.st_mtime_ns, stat.st_size) == ("forge.usage",)
+    source.write_text("import forge.hashing\nimport json\n")
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    stat = os.stat(source)
+    assert _library_imports(str(source), stat.st_mtime_ns, stat.st_size) == ("forge.hashing",)
