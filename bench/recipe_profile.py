@@ -40,6 +40,9 @@ from scratch import REPO, forge_env, scratch_checkout
 sys.path.insert(0, str(REPO))
 
 BUCKETS = ("work", "prefect", "mlflow", "dvc")
+# Stages whose work *is* versioning or registry calls (DVC commit, model registration, the eval report, the
+# promotion gate): in their overhead share only Prefect's time counts (their MLflow / DVC calls are the work).
+BOOKKEEPING_STAGES = frozenset({"dvc", "register-policy", "eval-report", "promote"})
 
 
 class Probes:
@@ -164,17 +167,19 @@ def breakdown(probes: Probes, summary: dict) -> dict[str, dict]:
         s = probes.seconds.get(name, {})
         wall, body = s.get("wall", 0.0), s.get("body", 0.0)
         mlflow_s, dvc_s = s.get("mlflow", 0.0), s.get("dvc", 0.0)
+        bookkeeping = name in BOOKKEEPING_STAGES
         work = max(0.0, body - mlflow_s - dvc_s)
         prefect_s = max(0.0, wall - body)
         tokens = probes.tokens.get(name, 0)
         out[name] = {
             "state": rec.get("state"),
+            "kind": "bookkeeping" if bookkeeping else "compute",
             "wall_s": round(wall, 2),
             "work_s": round(work, 2),
             "prefect_s": round(prefect_s, 3),
             "mlflow_s": round(mlflow_s, 3),
             "dvc_s": round(dvc_s, 3),
-            "overhead_share": round((wall - work) / wall, 4) if wall else None,
+            "overhead_share": round((prefect_s if bookkeeping else wall - work) / wall, 4) if wall else None,
             "cpu_s": rec.get("cpu_s"),
             "peak_rss_mb": rec.get("peak_rss_mb"),
             "tokens": tokens,
