@@ -47,6 +47,7 @@ _YEAR = re.compile(r"\b\d{4}\b")
 PHRASE_POOL = 100  # BM25 candidates per field, re-ordered by the lead-sentence phrase match
 RRF_K = 60  # reciprocal-rank fusion constant (the usual one)
 DENSE_POOL = 20  # fused hits the dense model re-ranks
+PAGE_WORDS_KEPT = 4096  # pages whose lower-cased lines and words visit keeps for the next goal
 
 
 def _spec(name: str, description: str, properties: dict, required: list[str]) -> ToolSpec:
@@ -219,6 +220,7 @@ class SearchTools:
     _encoder: Any = None
     _python_memo: dict[str, str] = field(default_factory=dict)
     _lead_phrases: dict[int, str] = field(default_factory=dict)
+    _page_words: dict[str, list[tuple[str, set[str]]]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, ws: Workspace | None = None, *, dense: bool = False) -> SearchTools:
@@ -295,7 +297,12 @@ class SearchTools:
             return f"Error: no page titled {page!r}.{hint}"
         p = self._by_mid[mid]
         if goal:
-            return focus(p, goal)
+            words = self._page_words.get(mid)
+            if words is None:
+                if len(self._page_words) >= PAGE_WORDS_KEPT:  # bounded: the oldest page goes first
+                    del self._page_words[next(iter(self._page_words))]
+                words = self._page_words[mid] = page_words(p)
+            return focus(p, goal, words)
         text = p.text
         return text if len(text) <= VISIT_CHARS else text[:VISIT_CHARS].rsplit("\n", 1)[0] + "\n(… page truncated: visit with a goal)"
 
@@ -330,14 +337,20 @@ class SearchTools:
         return [hits[i] for i in order]
 
 
-def focus(page: Page, goal: str) -> str:
-    """The page's title, description, every line containing ``goal`` as a phrase and the best word matches."""
+def page_words(page: Page) -> list[tuple[str, set[str]]]:
+    """Each line after the lead, padded and lower-cased (`` line ``), with its words: what :func:`focus` matches."""
+    return [(f" {line.lower()} ", _tokens(line.lower())) for line in page.lines[1:]]
+
+
+def focus(page: Page, goal: str, words: list[tuple[str, set[str]]] | None = None) -> str:
+    """The page's title, description, every line containing ``goal`` as a phrase and the best word matches.
+
+    ``words`` is :func:`page_words` of the page when the caller keeps it (a page is visited again and again)."""
     want = _tokens(goal)
     phrase = " ".join(goal.lower().split())
     scored = []
-    for i, line in enumerate(page.lines[1:], start=1):
-        low = line.lower()
-        score = (100 if f" {phrase} " in f" {low} " else 0) + len(want & _tokens(low))
+    for i, (low, tokens) in enumerate(words if words is not None else page_words(page), start=1):
+        score = (100 if f" {phrase} " in low else 0) + len(want & tokens)
         if score:
             scored.append((-score, i))
     exact = [i for s, i in scored if s <= -100]  # every line naming the goal phrase: the answer may be any

@@ -156,3 +156,10 @@ def test_search_ranks_as_bm25s_retrieve_does_ties_included(tools, graph):
         ties += any(c.tied for c in cuts)
         fallbacks += _fused_order(cuts, lambda d: False, 20) is None
     assert ties and fallbacks  # both ways through a tie at the cut were taken
+
+
+def test_visit_with_a_goal_reads_the_kept_words_as_focus_reads_the_page(tools, graph):
+    holiday = tools.page(graph.resolve("The Holiday"))
+    for goal in ("music", "first released", "cast", "nothing like this"):
+        first = tools.visit("The Holiday", goal)
+        assert first == focus(holiday, goal) == tools.visit("The Holiday", goal)
