@@ -10,8 +10,9 @@
   by a warm-up run first, as in a synthesis shard.
 - ``judge``: the code judge's executions/s against sandbox workers, from ``bench/code_judge.py`` run per worker
   count (isolation on, the same 328 HumanEval solutions).
-- ``sft``: SFT tokens/s against context length, packed and padded (``forge.training.sft.run_sft_stage`` on the same
-  rows and the same freshly built tiny-profile model).
+- ``sft``: SFT trained tokens/s (non-padding positions; the marginal rate between a run of ``--steps`` and one of
+  twice as many, so loading, packing, evaluation and saving drop out) against context length, packed and padded (``forge.training.sft.run_sft_stage`` on the same
+  rows and the same freshly built tiny-profile model, ~2k positions a batch).
 - ``recipe``: recipe time against profile size (forward tokens processed), one point per profile profiled by
   ``bench/recipe_profile.py``.
 
@@ -157,17 +158,21 @@ def curve_sft(args) -> dict:
     points = []
     for length in args.lengths:
         for packing in (True, False):
-            stage = SFTStageConfig(name="bench", max_length=length, max_steps=args.steps, learning_rate=5e-4,
-                                   per_device_batch_size=max(1, 2048 // length))
-            sft = SFTConfig(curriculum=[stage], packing=packing, save_steps=10_000)
-            started = time.perf_counter()
-            res = run_sft_stage(base, rows, rows[:8], stage, sft, TrainingRuntimeConfig(),
-                                work / f"{length}-{packing}")
-            seconds = time.perf_counter() - started
-            points.append({"max_length": length, "packing": packing, "batch": stage.per_device_batch_size,
-                           "tokens": res.tokens, "seconds": round(seconds, 2),
-                           "tokens_per_s": round(res.tokens / seconds, 1),
-                           "padding_fraction": round(res.padding_fraction, 4)})
+            runs = []
+            for steps in (args.steps, 2 * args.steps):  # the difference leaves out loading, packing, eval, saving
+                stage = SFTStageConfig(name="bench", max_length=length, max_steps=steps, learning_rate=5e-4,
+                                       per_device_batch_size=max(1, 2048 // length))
+                sft = SFTConfig(curriculum=[stage], packing=packing, save_steps=10_000)
+                started = time.perf_counter()
+                res = run_sft_stage(base, rows, rows[:8], stage, sft, TrainingRuntimeConfig(),
+                                    work / f"{length}-{packing}-{steps}")
+                runs.append((res, time.perf_counter() - started))
+            (short, short_s), (long, long_s) = runs
+            points.append({"max_length": length, "packing": packing, "batch": max(1, 2048 // length),
+                           "steps": [args.steps, 2 * args.steps], "tokens": [short.tokens, long.tokens],
+                           "wall_s": [round(short_s, 2), round(long_s, 2)],
+                           "tokens_per_s": round((long.tokens - short.tokens) / (long_s - short_s), 1),
+                           "padding_fraction": round(long.padding_fraction, 4)})
             print(points[-1], flush=True)
     series = {label: ([p["max_length"] for p in points if p["packing"] is packed],
                       [p["tokens_per_s"] for p in points if p["packing"] is packed])
