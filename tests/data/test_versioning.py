@@ -18,6 +18,7 @@ from forge.data.versioning import (
     ensure_dvc,
     read_data_md5,
     run_dvc,
+    run_dvc_sequence,
     version_data,
 )
 
@@ -42,6 +43,16 @@ def test_version_then_change_is_detected(project, tmp_path):
     (project / "data" / "notes.txt").write_text("v2\n")
     assert not data_status_clean(project)
     assert version_data(project) != md5 and data_status_clean(project)
+
+
+def test_a_failing_command_stops_the_sequence_and_is_named(project):
+    """version_data runs `dvc add` and `dvc push` in one process: a failure names its command, and what follows it
+    does not run."""
+    with pytest.raises(DVCError, match=r"`dvc add missing` failed in .* \(exit [1-9]\d*\):\n.*missing"):
+        run_dvc_sequence(project, ("add", "missing"), ("add", "data"))
+    assert not (project / "data.dvc").exists()  # the second command never ran
+    run_dvc_sequence(project, ("add", "data"), ("status", "--json", "data.dvc"))
+    assert (project / "data.dvc").exists()
 
 
 def test_corrupted_remote_object_is_refused_on_pull(project, tmp_path):
