@@ -177,14 +177,15 @@ def test_dockerfile_installs_like_the_makefile():
     from packaging.specifiers import SpecifierSet
 
     dockerfile = (INFRA / "Dockerfile").read_text()
-    makefile = (REPO_ROOT / "Makefile").read_text()
+    assert "infra/install_venv.sh" in (REPO_ROOT / "Makefile").read_text()  # make setup installs through it
+    installer = (INFRA / "install_venv.sh").read_text()
     pyproject = (REPO_ROOT / "pyproject.toml").read_text()
     torch = _pin(dockerfile, "torch")
-    assert torch == _pin(makefile, "torch") == _pin(pyproject, "torch") == _constraint("torch")
+    assert torch == _pin(installer, "torch") == _pin(pyproject, "torch") == _constraint("torch")
     runs = [args for instr, args in _dockerfile() if instr == "RUN"]
     torch_run = next(i for i, run in enumerate(runs) if "torch==" in run)
     forge_run = next(i for i, run in enumerate(runs) if "-c constraints.txt" in run and "-e" in run.split())
-    assert torch_run < forge_run, "torch must be installed first, as the Makefile does"
+    assert torch_run < forge_run, "torch must be installed first, as infra/install_venv.sh's pip path does"
     args = {a.split("=", 1)[0]: a.split("=", 1)[1] for instr, a in _dockerfile() if instr == "ARG" and "=" in a}
     assert "/whl/cpu" in args["TORCH_INDEX"] and "stack" in args["EXTRAS"].split(",")
     base = next(a.split()[0] for instr, a in _dockerfile() if instr == "FROM")
