@@ -174,7 +174,8 @@ class GRPOSettings(Strict):
     per_device_batch_size: int = Field(8, ge=1, description="Completions per device per step.")
     steps_per_generation: int = Field(1, ge=1, description="Optimiser steps per generation batch (TRL).")
     temperature: float = Field(1.0, gt=0, description="Rollout sampling temperature.")
-    max_prompts: int = Field(4096, ge=1, description="RL prompts (with their reference answers) from the SFT mix.")
+    max_prompts: int = Field(4096, ge=1, description="RL prompts: from the SFT mix (general RL), or the filter's kept "
+                             "problems whose k of n is nearest n/2 (code RL, forge.code.data.most_informative).")
     max_prompt_length: int = Field(
         4096, ge=16, description="Prompt tokens, whole history; longer prompts are skipped (TRL cannot cut them).")
     save_steps: int = Field(50, ge=1, description="Trainer checkpoint interval: a killed stage resumes here.")

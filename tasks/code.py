@@ -319,7 +319,7 @@ def code_grpo_task(
     also draws Figure 4 from both stages' curves and checks both checkpoints on held-out problems."""
     from transformers import AutoTokenizer
 
-    from forge.code.data import RLRow, check_policy
+    from forge.code.data import RLRow, check_policy, most_informative
     from forge.code.rewards import CodeRewards
     from forge.data.jsonl import read_jsonl
     from forge.data.mix import read_mix
@@ -332,7 +332,7 @@ def code_grpo_task(
     settings = cfg.stage1 if stage == 1 else cfg.stage2
     tokenizer = AutoTokenizer.from_pretrained(policy.model_dir)
     table = {p.id: p for p in rl_problems(cfg)}
-    kept = read_jsonl(Path(problems.path) / "rows.jsonl", RLRow).rows
+    kept = most_informative(read_jsonl(Path(problems.path) / "rows.jsonl", RLRow).rows, settings.max_prompts)
     chats = [([{"role": "user", "content": r.prompt}], r.problem_id) for r in kept]
     prompts = [{"prompt": chat, "problem_id": pid} for chat, pid in chats
                if len(tokenizer.apply_chat_template(chat, tokenize=True, add_generation_prompt=True))

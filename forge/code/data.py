@@ -189,6 +189,14 @@ def filter_rl(
     return rows
 
 
+def most_informative(rows: Sequence[RLRow], limit: int) -> list[RLRow]:
+    """The ``limit`` rows whose k of n is nearest n/2, in their own order: a group of n rollouts with k solves has
+    reward variance k(n−k)/n², the most at k = n/2, so these give GRPO the most non-zero advantages. Code RL trains on
+    them when the filter keeps more than ``GRPOSettings.max_prompts`` (ties: earlier rows first)."""
+    ranked = sorted(range(len(rows)), key=lambda i: abs(2 * rows[i].k - rows[i].n))[:limit]
+    return [rows[i] for i in sorted(ranked)]
+
+
 @dataclass(frozen=True)
 class PolicyCheck:
     """How a policy answers a fixed problem set (n samples each): the stage-1 / stage-2 comparison of §2.3.3."""

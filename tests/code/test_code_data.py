@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from forge.code.candidates import BROKEN, CandidatePoolBackend, known_candidates
-from forge.code.data import filter_rl, sample_sft
+from forge.code.data import RLRow, filter_rl, most_informative, sample_sft
 from forge.code.judge import fence
 from forge.code.problems import forge_problems
 from forge.code.sandbox import isolation_report
@@ -96,3 +96,11 @@ def test_cached_tasks_write_versioned_data_and_histograms(workspace, tmp_path, m
     assert manifest["metrics"]["code_rl_stage1_problems"] == 11.0 and manifest["metrics"]["code_rl_stage1_mean_k"] == 0
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(rl.run_id, "plots")}
     assert artifacts == {"plots/code_rl_stage1_problem_pass_rate.png", "plots/code_rl_stage1_rollout_pass_rate.png"}
+
+
+def test_code_rl_trains_on_the_kept_problems_nearest_half_solved_in_their_own_order():
+    rows = [RLRow(problem_id=f"p{i}", prompt="", k=k, n=8, kept=True, pass_rates=[], complexity="O(n)")
+            for i, k in enumerate([1, 4, 5, 3, 2, 4])]
+    # k 4 and 4 first; k 5 and k 3 are as far from 4: the earlier row (k 5) takes the last place
+    assert [r.problem_id for r in most_informative(rows, 3)] == ["p1", "p2", "p5"]
+    assert most_informative(rows, 10) == rows
