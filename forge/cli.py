@@ -290,18 +290,24 @@ def data_build(
 ) -> None:
     """Build the recipe's data only (base model, pools, synthesis, mix, refinement, DVC) and say whether it is the
     version the checkout's committed data.dvc names: the same code and corpora give the same bytes."""
-    from forge.data.versioning import committed_md5
+    from forge.data.versioning import built_on, committed_dvc_text, committed_md5, cpu_kind
 
     data = _in_process("data_build", profile, set_, verbose)
-    committed = committed_md5(Workspace.from_env().root)
+    root = Workspace.from_env().root
+    committed = committed_md5(root)
     console.print(f"data md5 {data.data_md5} · {data.mix_dir}", markup=False, highlight=False, soft_wrap=True)
     if committed is None:
         console.print("(no committed data.dvc to compare with)", highlight=False)
     elif committed == data.data_md5:
         console.print("the same version as the committed data.dvc", highlight=False)
     else:
-        console.print(f"not the committed data.dvc's version ({committed}): this code or corpora build other data; "
-                      "commit data.dvc to record it", style="yellow", markup=False, highlight=False, soft_wrap=True)
+        why = "this code or corpora build other data"
+        other = built_on(committed_dvc_text(root) or "")
+        if other and other != cpu_kind():
+            why = (f"it was built on a {other} CPU and this one is {cpu_kind()}: the base model's last bits, and so "
+                   "the rows it writes, differ between CPU kinds, or this code or corpora build other data")
+        console.print(f"not the committed data.dvc's version ({committed}): {why}; commit data.dvc to record it",
+                      style="yellow", markup=False, highlight=False, soft_wrap=True)
 
 
 @data_app.command("checkout")

@@ -229,11 +229,17 @@ def read_data_md5(root: str | Path, target: str = "data") -> str:
     return md5
 
 
-def committed_md5(root: str | Path, target: str = "data") -> str | None:
-    """The md5 ``<target>.dvc`` names in the checkout's last commit (None outside git or when none is committed)."""
+def committed_dvc_text(root: str | Path, target: str = "data") -> str | None:
+    """``<target>.dvc`` as the checkout's last commit holds it (None outside git or when none is committed)."""
     proc = subprocess.run(["git", "show", f"HEAD:{target}.dvc"], cwd=root, capture_output=True, text=True,
                           check=False)
-    return _outs_md5(proc.stdout) if proc.returncode == 0 else None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def committed_md5(root: str | Path, target: str = "data") -> str | None:
+    """The md5 ``<target>.dvc`` names in the checkout's last commit (None outside git or when none is committed)."""
+    text = committed_dvc_text(root, target)
+    return _outs_md5(text) if text is not None else None
 
 
 def _outs_md5(dvc_text: str) -> str | None:
@@ -242,12 +248,33 @@ def _outs_md5(dvc_text: str) -> str | None:
     return outs[0].get("md5")
 
 
+def cpu_kind() -> str:
+    """The machine and torch's CPU kernel width, e.g. ``x86_64 AVX512``: model-written data (the §2.1.1 refinement
+    rows, the code-RL filter's verdicts) differs in its last bits between kinds (README, "What `make run` does")."""
+    import platform
+
+    import torch
+
+    return f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()}"
+
+
+def built_on(dvc_text: str) -> str | None:
+    """``meta.built_on`` of a ``.dvc`` file's text: the :func:`cpu_kind` that built the version (None: not recorded)."""
+    return ((yaml.safe_load(dvc_text) or {}).get("meta") or {}).get("built_on")
+
+
 def version_data(root: str | Path, target: str = "data") -> str:
-    """``dvc add <target>`` then ``dvc push``; returns the md5 now in ``<target>.dvc``."""
+    """``dvc add <target>`` then ``dvc push``; returns the md5 now in ``<target>.dvc``, whose ``meta.built_on`` then
+    names this machine's :func:`cpu_kind` (DVC keeps ``meta`` and leaves it out of the md5)."""
     root = Path(root)
     if not (root / target).exists():
         raise DVCError(f"{root / target}: nothing to version")
     run_dvc_sequence(root, ("add", target), ("push", f"{target}.dvc"))
+    dvc_file = root / f"{target}.dvc"
+    spec = yaml.safe_load(dvc_file.read_text()) or {}
+    if (spec.get("meta") or {}).get("built_on") != (kind := cpu_kind()):
+        spec["meta"] = {**(spec.get("meta") or {}), "built_on": kind}
+        atomic_write_text(dvc_file, yaml.safe_dump(spec, sort_keys=False))
     return read_data_md5(root, target)
 
 

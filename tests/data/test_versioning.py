@@ -13,7 +13,9 @@ import pytest
 
 from forge.data.versioning import (
     DVCError,
+    built_on,
     checkout_data,
+    cpu_kind,
     data_status_clean,
     ensure_dvc,
     read_data_md5,
@@ -43,6 +45,16 @@ def test_version_then_change_is_detected(project, tmp_path):
     (project / "data" / "notes.txt").write_text("v2\n")
     assert not data_status_clean(project)
     assert version_data(project) != md5 and data_status_clean(project)
+
+
+def test_a_version_records_the_cpu_kind_that_built_it_outside_its_md5(project):
+    md5 = version_data(project)
+    dvc_file = project / "data.dvc"
+    assert built_on(dvc_file.read_text()) == cpu_kind()
+    # Another machine's record is replaced by this one's; the md5 does not move and the status stays clean.
+    dvc_file.write_text(dvc_file.read_text().replace(cpu_kind(), "x86_64 AVX2-elsewhere"))
+    assert version_data(project) == md5 and built_on(dvc_file.read_text()) == cpu_kind()
+    assert data_status_clean(project)
 
 
 def test_a_failing_command_stops_the_sequence_and_is_named(project):
