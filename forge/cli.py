@@ -302,9 +302,9 @@ def data_build(
         console.print("the same version as the committed data.dvc", highlight=False)
     else:
         why = "this code or corpora build other data"
-        other = built_on(committed_dvc_text(root) or "")
-        if other and other != cpu_kind():
-            why = (f"it was built on a {other} CPU and this one is {cpu_kind()}: the base model's last bits, and so "
+        other, here = built_on(committed_dvc_text(root) or ""), cpu_kind()
+        if other and other != here:
+            why = (f"it was built on a {other} CPU and this one is {here}: the base model's last bits, and so "
                    "the rows it writes, differ between CPU kinds, or this code or corpora build other data")
         console.print(f"not the committed data.dvc's version ({committed}): {why}; commit data.dvc to record it",
                       style="yellow", markup=False, highlight=False, soft_wrap=True)

@@ -271,8 +271,9 @@ def version_data(root: str | Path, target: str = "data") -> str:
         raise DVCError(f"{root / target}: nothing to version")
     run_dvc_sequence(root, ("add", target), ("push", f"{target}.dvc"))
     dvc_file = root / f"{target}.dvc"
-    spec = yaml.safe_load(dvc_file.read_text()) or {}
-    if (spec.get("meta") or {}).get("built_on") != (kind := cpu_kind()):
+    text, kind = dvc_file.read_text(), cpu_kind()
+    if built_on(text) != kind:
+        spec = yaml.safe_load(text)
         spec["meta"] = {**(spec.get("meta") or {}), "built_on": kind}
         atomic_write_text(dvc_file, yaml.safe_dump(spec, sort_keys=False))
     return read_data_md5(root, target)
