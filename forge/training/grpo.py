@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
@@ -153,6 +154,33 @@ def build_grpo_config(
     )
 
 
+class LogitsGRPOTrainer(GRPOTrainer):
+    """TRL's ``GRPOTrainer`` with the per-token log-probabilities (and entropies) of the completions taken from the
+    model's logits instead of TRL 1.16's fused LM head (``runtime.fused_lm_head: false``; why, in
+    :class:`forge.training.sft.LogitsLossSFTTrainer`). Only the last ``logits_to_keep + 1`` positions are projected,
+    divided by the sampling temperature as TRL does; positions outside the attention mask get 0, as the fused head
+    leaves them. Multimodal inputs and the MoE aux loss, which Forge never uses, go to TRL's own path."""
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                                           compute_entropy=False, compute_aux_loss=False, **media):
+        if compute_aux_loss or any(v is not None for v in media.values()):
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss, **media)
+        batch_size = batch_size or input_ids.size(0)
+        logps, entropies = [], []
+        for start in range(0, input_ids.size(0), batch_size):
+            ids, mask = input_ids[start:start + batch_size], attention_mask[start:start + batch_size]
+            with self.accelerator.autocast():
+                logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=logits_to_keep + 1,
+                               use_cache=False).logits
+            logp = (logits[:, :-1].float() / self.temperature).log_softmax(-1)
+            keep = mask[:, -logits_to_keep:].bool()
+            logps.append(logp.gather(-1, ids[:, -logits_to_keep:].unsqueeze(-1)).squeeze(-1).masked_fill(~keep, 0.0))
+            if compute_entropy:
+                entropies.append((-(logp.exp() * logp).sum(-1)).masked_fill(~keep, 0.0))
+        return torch.cat(logps), torch.cat(entropies) if compute_entropy else None, None
+
+
 @dataclass
 class GRPOResult:
     out_dir: Path
@@ -224,7 +252,7 @@ def run_grpo(
     # Stop at the end of the assistant turn (the tokenizer's eos is <|im_end|>).
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     records = _StepRecords()
-    trainer = GRPOTrainer(
+    trainer = (GRPOTrainer if runtime.fused_lm_head else LogitsGRPOTrainer)(
         model=model,
         reward_funcs=reward_funcs,
         args=build_grpo_config(settings, runtime, run.work_dir, generation, seed, reward_weights),

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 from datasets import Dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase, Trainer
 from trl import SFTConfig as TRLSFTConfig
 from trl import SFTTrainer
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
@@ -104,6 +104,20 @@ class PackedRowsCollator:
         return {"input_ids": ids, "labels": labels, "position_ids": positions}
 
 
+class LogitsLossSFTTrainer(SFTTrainer):
+    """TRL's ``SFTTrainer`` with the loss taken from the model's own logits (transformers' ``Trainer.compute_loss``:
+    the mean negative log-likelihood of the labelled tokens, ``num_items_in_batch`` across accumulation steps)
+    instead of TRL 1.16's fused LM head, which projects and scores the hidden states in tiles
+    (``trl/kernels/chunked_logprob.py``) so that the ``(batch, length, vocabulary)`` logits never exist at once.
+    That saves a GPU's memory at a 150k vocabulary and long contexts; on CPU at the tiny profile's 4k vocabulary the
+    tiles' forward and backward took half of every step (``runtime.fused_lm_head`` chooses; bench/sft_lm_head.py
+    measures both side by side). TRL's per-step entropy and token-accuracy metrics, which
+    only the fused head computes, are not logged (nothing in Forge reads them)."""
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        return Trainer.compute_loss(self, model, {**inputs, "use_cache": False}, return_outputs, num_items_in_batch)
+
+
 def build_sft_trainer(
     model_dir: Path,
     train_rows: list[ChatSample],
@@ -138,7 +152,7 @@ def build_sft_trainer(
         logging_steps=max(1, min(10, sft.save_steps)),
         eval_strategy="no",
     )
-    trainer = SFTTrainer(
+    trainer = (SFTTrainer if runtime.fused_lm_head else LogitsLossSFTTrainer)(
         model=model,
         args=args,
         train_dataset=train_ds,

@@ -5,12 +5,16 @@ first 20%) while logging truncation and repetition, and a truncated rollout pays
 from __future__ import annotations
 
 import pytest
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM
+from trl import GRPOTrainer
 
 from forge.config import BaseModelConfig, GRPOSettings, RewardModelSettings, TrainingRuntimeConfig
 from forge.generation.transformers_backend import TransformersBackend
 from forge.training.base_model import build_model
 from forge.training.checkpoints import save_atomically
-from forge.training.grpo import PointwiseRMReward, is_overlong, run_grpo
+from forge.training.grpo import LogitsGRPOTrainer, PointwiseRMReward, build_grpo_config, is_overlong, run_grpo
 from forge.training.pairs import (
     FORGE_PAIR_SOURCE,
     build_rl_prompts,
@@ -146,3 +150,35 @@ def test_grpo_with_rm_reward_raises_mean_reward(hh_chats, rm, base_dir, tokenize
         _, values = result.series(key)
         assert len(values) == 40 and all(0.0 <= v <= 1.0 for v in values), key
     assert (result.out_dir / "model.safetensors").exists()
+
+
+def test_logits_path_scores_completions_as_trls_fused_head(hh_chats, base_dir, tokenizer, tmp_path):
+    """runtime.fused_lm_head=false (LogitsGRPOTrainer) gives GRPO the same per-token log-probabilities and entropies
+    as TRL's fused LM head: at a sampling temperature other than 1, with left-padded prompts and right-padded
+    completions, in chunks smaller than the batch."""
+    prompts = build_rl_prompts(hh_chats, tokenizer, max_prompts=4, max_prompt_tokens=48, seed=0)
+    settings = GRPO_CFG.model_copy(update={"temperature": 0.7})
+    trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(base_dir),
+                          reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
+                          args=build_grpo_config(settings, RUNTIME, tmp_path / "work"),
+                          train_dataset=Dataset.from_list(prompts), processing_class=tokenizer)
+    ids = torch.randint(10, len(tokenizer), (4, 40), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[0, :7] = 0  # a shorter prompt, padded on the left
+    mask[2, -5:] = 0  # a completion that ended early, padded on the right
+    kept = 16
+    with torch.no_grad():
+        fused = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, kept, batch_size=3,
+                                                           compute_entropy=True)
+        logits = LogitsGRPOTrainer._get_per_token_logps_and_entropies(trainer, trainer.model, ids, mask, kept,
+                                                                      batch_size=3, compute_entropy=True)
+    valid = mask[:, -kept:].bool()
+    assert logits[0].shape == fused[0].shape == (4, kept)
+    torch.testing.assert_close(logits[0][valid], fused[0][valid], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(logits[1][valid], fused[1][valid], atol=1e-4, rtol=1e-4)
+    assert not logits[0][~valid].any()
+    # The temperature matters: at 1.0 the same completions score differently.
+    trainer.temperature = 1.0
+    with torch.no_grad():
+        at_one = LogitsGRPOTrainer._get_per_token_logps_and_entropies(trainer, trainer.model, ids, mask, kept)[0]
+    assert not torch.allclose(at_one[valid], logits[0][valid], atol=1e-3)

@@ -92,10 +92,13 @@ def test_labels_are_ignored_outside_trained_turns(tokenizer, base_dir, rows, tmp
     assert tokenizer.decode(first[first != -100]) == "No: Aachen.<|im_end|>"
 
 
-def test_masked_turn_contributes_no_loss(tokenizer, base_dir, tmp_path):
+@pytest.mark.parametrize("fused_lm_head", [True, False], ids=["trl-fused-head", "logits"])
+def test_masked_turn_contributes_no_loss(tokenizer, base_dir, tmp_path, fused_lm_head):
+    """Either way of computing the loss (runtime.fused_lm_head) is the same NLL over exactly the trained turn."""
     stage = SFTStageConfig(name="s", max_length=128, max_steps=1, learning_rate=1e-3, per_device_batch_size=1)
+    runtime = TrainingRuntimeConfig(fused_lm_head=fused_lm_head)
     trainer = build_sft_trainer(
-        base_dir, [mixed_sample()], [mixed_sample()], stage, SFTConfig(curriculum=[stage]), RUNTIME, tmp_path / "work"
+        base_dir, [mixed_sample()], [mixed_sample()], stage, SFTConfig(curriculum=[stage]), runtime, tmp_path / "work"
     )
     batch = trainer.data_collator([trainer.train_dataset[0]])
     trainer.model.eval()
