@@ -26,7 +26,7 @@ import torch
 
 from forge.config import load_profile
 from forge.data.pools import iter_pretraining_texts
-from forge.training.base_model import _limit_chars, build_model, pack_texts, split_heldout
+from forge.training.base_model import build_model, pretraining_blocks
 from forge.training.tokenizer import train_tokenizer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -95,11 +95,8 @@ def main() -> None:
     corpora = REPO / "corpora"
     tokenizer = train_tokenizer(iter_pretraining_texts(corpora, cfg.tokenizer.max_training_chars, tiny.seed),
                                 cfg.tokenizer)
-    texts = _limit_chars([t for t in iter_pretraining_texts(corpora, cfg.max_corpus_chars, cfg.seed) if t.strip()],
-                         cfg.max_corpus_chars)
-    train_texts, held_texts = split_heldout(texts, cfg.eval_fraction, cfg.seed, min_chars=8 * cfg.seq_len)
-    train = pack_texts(tokenizer, train_texts, cfg.seq_len)
-    held = pack_texts(tokenizer, held_texts, cfg.seq_len)[:64]
+    train, held = pretraining_blocks(tokenizer, list(iter_pretraining_texts(corpora, cfg.max_corpus_chars, cfg.seed)),
+                                     cfg)
     load_before = os.getloadavg()
     runs = [run(share, tokenizer, train, held, cfg) for share in args.shares]
     report = {"benchmark": "copy_pretraining", "command": "python bench/copy_pretraining.py --shares "

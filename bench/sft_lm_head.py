@@ -6,11 +6,12 @@ TRL 1.16's ``SFTTrainer`` scores tokens through a fused LM head (``trl/kernels/c
 states are projected and scored in tiles, so the full logits never exist). ``runtime.fused_lm_head: false`` makes
 Forge's trainer (forge/training/sft.py, ``LogitsLossSFTTrainer``) take the same loss from the model's logits instead.
 Both run the tiny profile's code warm-up stage (the drills' SFT rows, packed rows of 256 tokens, batch 16, a freshly
-built tiny-profile Llama with the profile's tokenizer) for the same steps, alternating which goes first each round. The held-out losses before
-and after must agree (same objective, same updates); the ratio of seconds is the speed-up. GRPO
-(``LogitsGRPOTrainer`` in forge/training/grpo.py against TRL's) then runs the tiny code-RL stage 1's settings on the
-drills' RL prompts from the same fresh model, same seed, rewarded by the completion's length (a fresh model's
-programs all fail the judge, and a reward that is 0 everywhere trains nothing): the per-step rewards must agree. Writes bench/results/sft_lm_head.json with the load average around the run.
+built tiny-profile Llama with the profile's tokenizer) for the same steps, alternating which goes first each round.
+The held-out losses before and after must agree (same objective, same updates); the ratio of seconds is the
+speed-up. GRPO (``LogitsGRPOTrainer`` in forge/training/grpo.py against TRL's) then runs the tiny code-RL stage 1's
+settings on the drills' RL prompts from the same fresh model, same seed, rewarded by the completion's length (a fresh
+model's programs all fail the judge, and a reward that is 0 everywhere trains nothing): the per-step rewards must
+agree. Writes bench/results/sft_lm_head.json with the load average around the run.
 """
 
 from __future__ import annotations
@@ -39,6 +40,20 @@ REPO = Path(__file__).resolve().parent.parent
 MODES = {"fused": True, "logits": False}
 
 
+def side_by_side(rounds: int, run) -> dict[str, list[dict]]:
+    """``run(name, runtime_update, k)`` for both modes, ``rounds`` times, alternating which goes first."""
+    results: dict[str, list[dict]] = {name: [] for name in MODES}
+    for k in range(rounds):
+        for name in (list(MODES) if k % 2 == 0 else list(MODES)[::-1]):
+            results[name].append(run(name, {"fused_lm_head": MODES[name]}, k))
+            print(name, results[name][-1], flush=True)
+    return results
+
+
+def median_speedup(results: dict[str, list[dict]]) -> float:
+    return round(statistics.median(f["seconds"] / p["seconds"] for f, p in zip(results["fused"], results["logits"])), 3)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30)
@@ -58,17 +73,16 @@ def main() -> None:
     stage = tiny.code_rl.warmup.model_copy(update={"max_steps": args.steps})
     sft = tiny.sft.model_copy(update={"save_steps": 10_000})
     load_before = os.getloadavg()
-    runs: dict[str, list[dict]] = {name: [] for name in MODES}
-    for k in range(args.rounds):
-        for name in (list(MODES) if k % 2 == 0 else list(MODES)[::-1]):
-            runtime = tiny.runtime.model_copy(update={"fused_lm_head": MODES[name]})
-            started = time.perf_counter()
-            res = run_sft_stage(base, train, held_out, stage, sft, runtime, work / f"{name}-{k}")
-            seconds = time.perf_counter() - started
-            runs[name].append({"seconds": round(seconds, 2), "tokens_per_s": round(res.tokens / seconds, 1),
-                               "eval_loss_before": round(res.eval_loss_before, 5),
-                               "eval_loss_after": round(res.eval_loss_after, 5)})
-            print(name, runs[name][-1], flush=True)
+
+    def sft_run(name: str, update: dict, k: int) -> dict:
+        started = time.perf_counter()
+        res = run_sft_stage(base, train, held_out, stage, sft, tiny.runtime.model_copy(update=update),
+                            work / f"{name}-{k}")
+        seconds = time.perf_counter() - started
+        return {"seconds": round(seconds, 2), "tokens_per_s": round(res.tokens / seconds, 1),
+                "eval_loss_before": round(res.eval_loss_before, 5), "eval_loss_after": round(res.eval_loss_after, 5)}
+
+    runs = side_by_side(args.rounds, sft_run)
     problems = drill_problems("rl", 2)
     prompts = [{"prompt": [{"role": "user", "content": p.prompt()}]} for p in problems]
     settings = tiny.code_rl.stage1.model_copy(update={"max_steps": args.grpo_steps})
@@ -76,18 +90,14 @@ def main() -> None:
     def length(completions, completion_ids, **_) -> list[float]:
         return [len(ids) / settings.max_completion_length for ids in completion_ids]
 
-    grpo: dict[str, list[dict]] = {name: [] for name in MODES}
-    for k in range(args.rounds):
-        for name in (list(MODES) if k % 2 == 0 else list(MODES)[::-1]):
-            runtime = tiny.runtime.model_copy(update={"fused_lm_head": MODES[name]})
-            started = time.perf_counter()
-            res = run_grpo(base, prompts, [length], settings, runtime, work / f"grpo-{name}-{k}",
-                           generation=tiny.generation)
-            grpo[name].append({"seconds": round(time.perf_counter() - started, 2),
-                               "reward": [round(v, 4) for v in res.series("reward")[1]]})
-            print("grpo", name, grpo[name][-1], flush=True)
-    ratios = [f["seconds"] / p["seconds"] for f, p in zip(runs["fused"], runs["logits"])]
-    grpo_ratios = [f["seconds"] / p["seconds"] for f, p in zip(grpo["fused"], grpo["logits"])]
+    def grpo_run(name: str, update: dict, k: int) -> dict:
+        started = time.perf_counter()
+        res = run_grpo(base, prompts, [length], settings, tiny.runtime.model_copy(update=update),
+                       work / f"grpo-{name}-{k}", generation=tiny.generation)
+        return {"seconds": round(time.perf_counter() - started, 2),
+                "reward": [round(v, 4) for v in res.series("reward")[1]]}
+
+    grpo = side_by_side(args.rounds, grpo_run)
     same = all(abs(f["eval_loss_after"] - p["eval_loss_after"]) < 1e-3 for f, p in zip(runs["fused"], runs["logits"]))
     same_rewards = all(f["reward"] == p["reward"] for f, p in zip(grpo["fused"], grpo["logits"]))
     result = {
@@ -96,12 +106,12 @@ def main() -> None:
                    f"--rounds {args.rounds}",
         "stage": stage.model_dump(), "train_rows": len(train), "vocab": len(tokenizer),
         "runs": runs,
-        "median_speedup_logits_over_fused": round(statistics.median(ratios), 3),
+        "median_speedup_logits_over_fused": median_speedup(runs),
         "same_losses": same,
         "grpo": {"settings": settings.model_dump(), "problems": len(problems), "runs": grpo,
-                 "median_speedup_logits_over_fused": round(statistics.median(grpo_ratios), 3),
+                 "median_speedup_logits_over_fused": median_speedup(grpo),
                  "same_rewards": same_rewards},
-        "note": "seconds are the whole stage: model load, held-out loss before and after (SFT), the steps, the final save",
+        "note": "seconds are the whole stage: model load, held-out loss before and after (SFT), the steps, the save",
         "machine": {"torch_threads": torch.get_num_threads(), "platform": platform.platform(),
                     "load_avg_before": [round(x, 2) for x in load_before],
                     "load_avg_after": [round(x, 2) for x in os.getloadavg()]},

@@ -143,6 +143,18 @@ def _limit_chars(texts: list[str], max_chars: int) -> list[str]:
     return out
 
 
+def pretraining_blocks(tokenizer: PreTrainedTokenizerBase, texts: list[str], cfg: BaseModelConfig,
+                       max_eval_blocks: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """The train and held-out blocks :func:`pretrain` trains and evaluates on: the first ``cfg.max_corpus_chars``
+    characters of the non-empty ``texts``, whole documents held out (``cfg.eval_fraction``), packed to
+    ``cfg.seq_len``; at most ``max_eval_blocks`` held-out blocks."""
+    texts = _limit_chars([t for t in texts if t.strip()], cfg.max_corpus_chars)
+    # Enough held-out text for at least two blocks at ~4 characters a token.
+    train_texts, heldout_texts = split_heldout(texts, cfg.eval_fraction, cfg.seed, min_chars=8 * cfg.seq_len)
+    return (pack_texts(tokenizer, train_texts, cfg.seq_len),
+            pack_texts(tokenizer, heldout_texts, cfg.seq_len)[:max_eval_blocks])
+
+
 def pretrain(
     model: LlamaForCausalLM,
     tokenizer: PreTrainedTokenizerBase,
@@ -173,11 +185,7 @@ def pretrain(
         tokens seen, seconds of this call, and the step this call resumed from (None for a fresh run).
     """
     run = ResumableTraining(out_dir, runtime)
-    texts = _limit_chars([t for t in texts if t.strip()], cfg.max_corpus_chars)
-    # Enough held-out text for at least two blocks at ~4 characters a token.
-    train_texts, heldout_texts = split_heldout(texts, cfg.eval_fraction, cfg.seed, min_chars=8 * cfg.seq_len)
-    train_blocks = pack_texts(tokenizer, train_texts, cfg.seq_len)
-    heldout_blocks = pack_texts(tokenizer, heldout_texts, cfg.seq_len)[:max_eval_blocks]
+    train_blocks, heldout_blocks = pretraining_blocks(tokenizer, texts, cfg, max_eval_blocks)
     if len(train_blocks) == 0 or len(heldout_blocks) == 0:
         raise ValueError(
             f"corpus too small for seq_len={cfg.seq_len}: {len(train_blocks)} train blocks, "
