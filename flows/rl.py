@@ -41,8 +41,8 @@ def rl_flow(config: RecipeConfig, run: RecipeRun, *, base: Base, sft: Checkpoint
         if config.code_rl.enabled:
             if config.code_rl.warmup:  # tiny scale: more epochs on the drills first (docs/architecture.md)
                 policy = rl.stage("code-warmup", code_warmup_task, stage=config.code_rl.warmup,
-                                  drills=config.code_rl.drills, sft=config.sft,
-                                  runtime=config.runtime, seed=config.seed, policy=policy, data=data)
+                                  drills=config.code_rl.drills, replay=config.code_rl.warmup_replay,
+                                  sft=config.sft, runtime=config.runtime, seed=config.seed, policy=policy, data=data)
             for stage in (1, 2):
                 kept = rl.stage(f"code-rl-filter-{stage}", code_rl_filter_task, cfg=config.code_rl,
                                 generation=config.generation, seed=config.seed, stage=stage, policy=policy)

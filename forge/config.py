@@ -269,6 +269,9 @@ class CodeRLConfig(Strict):
     warmup: SFTStageConfig | None = Field(
         None, description="Tiny-scale only (docs/architecture.md): SFT on the drills' rows before stage 1's filter, "
         "so a policy that saw each drill once in the mix writes programs. None in the paper (its SFT carries code).")
+    warmup_replay: float = Field(
+        0.0, ge=0, lt=1, description="Share of the warm-up's rows drawn from the SFT mix's training rows (the rest "
+        "are drill rows): replay, so the warm-up does not overwrite what SFT taught (docs/architecture.md).")
 
     @model_validator(mode="after")
     def _k_range(self) -> CodeRLConfig:

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import mlflow
 
@@ -43,6 +45,9 @@ from registry.tracking import (
     metrics_logger,
 )
 from tasks._cache import cached_task
+
+if TYPE_CHECKING:
+    from forge.data.schemas import ChatSample
 
 logger = logging.getLogger(__name__)
 CODE_MODULES = ("forge.code.data", "forge.code.judge", "forge.code.complexity", "forge.code.candidates",
@@ -173,6 +178,7 @@ def code_warmup_task(
     ctx: StageContext,
     stage: SFTStageConfig,
     drills: DrillsConfig,
+    replay: float,
     sft: SFTConfig,
     runtime: TrainingRuntimeConfig,
     seed: int,
@@ -181,8 +187,9 @@ def code_warmup_task(
 ) -> Checkpoint:
     """SFT on the drills' weak-teacher rows (the ones already in the code pool) before code RL, tiny scale only: a
     small policy that saw each drill once in the mix writes no program, so stage 1's filter would keep nothing
-    (docs/architecture.md). Registers a ``forge-policy`` version (parent: ``policy``) with the mix's held-out loss,
-    so the gate sees what the extra epochs cost the general SFT. It takes only the warm-up's own settings: a change
+    (docs/architecture.md). A ``replay`` share of its rows are the SFT mix's own training rows, so the extra epochs
+    on the drills do not overwrite the rest of SFT. Registers a ``forge-policy`` version (parent: ``policy``) with
+    the mix's held-out loss, so the gate sees what the warm-up cost the general SFT. It takes only the warm-up's own settings: a change
     to the RL stages' settings does not redo it."""
     from forge.code.problems.drills import drill_sft_rows
     from forge.data.mix import read_mix
@@ -193,24 +200,35 @@ def code_warmup_task(
                                  seed)
     train = [r for i, r in enumerate(rows) if i % WARMUP_HELDOUT]
     held_out = rows[::WARMUP_HELDOUT]
+    mix_train, mix_heldout = read_mix(data.mix_dir)
+    replayed = replay_rows(mix_train, len(train), replay, seed)
+    train = train + replayed  # the trainer shuffles (and packs) them together
     ws = Workspace.from_env()
-    digest = value_digest(stage, drills, sft, runtime, seed, policy.model_dir, data.data_md5)
+    digest = value_digest(stage, drills, replay, sft, runtime, seed, policy.model_dir, data.data_md5)
     out = ws.models / f"code-warmup-{digest}"
     tags = ctx.lineage({STAGE_TAG: "code-warmup", DATA_MD5_TAG: data.data_md5, PARENT_VERSION_TAG: policy.ref})
     with ctx.start_run("code-warmup", tags) as run:
         log_config(stage)
-        mlflow.log_params({"rows": len(train), **{f"rows_{k}": v for k, v in sorted(kinds.items())}})
+        mlflow.log_params({"rows": len(train), "rows_replayed": len(replayed),
+                           **{f"rows_{k}": v for k, v in sorted(kinds.items())}})
         result = run_sft_stage(Path(policy.model_dir), train, held_out, stage, sft, runtime, out,
                                log_metrics=metrics_logger())
         log_curve("code_warmup_train_loss", [p[0] for p in result.train_curve], [p[1] for p in result.train_curve],
                   "train loss")
         metrics = {"drills_loss_before": result.eval_loss_before, "drills_loss_after": result.eval_loss_after,
-                   "sft_heldout_loss": heldout_chat_loss(out, read_mix(data.mix_dir)[1], sft, runtime)}
+                   "sft_heldout_loss": heldout_chat_loss(out, mix_heldout, sft, runtime)}
         mlflow.log_metrics(metrics)
         version = register_checkpoint(out, "forge-policy", run_id=run.info.run_id, tags=tags,
                                       metrics={"sft_heldout_loss": metrics["sft_heldout_loss"]})
     return Checkpoint(model_dir=str(out), model_name="forge-policy", version=version, run_id=run.info.run_id,
                       metrics=metrics)
+
+
+def replay_rows(mix_train: list[ChatSample], drill_rows: int, share: float, seed: int) -> list[ChatSample]:
+    """SFT-mix rows to train beside ``drill_rows`` drill rows so that they are ``share`` of the warm-up's rows: a
+    seeded sample without repeats (all of the mix's rows when it holds fewer)."""
+    wanted = round(drill_rows * share / (1 - share)) if share else 0
+    return random.Random(f"{seed}:code-warmup-replay").sample(mix_train, min(wanted, len(mix_train)))
 
 
 def rl_problems(cfg: CodeRLConfig, split: str = "rl"):

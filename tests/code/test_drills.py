@@ -105,3 +105,16 @@ def test_drills_are_a_problem_source_of_code_rl():
     forge_only = CodeRLConfig(sources=["forge"], limit=3)
     assert [p.id for p in rl_problems(forge_only)] == [p.id for p in load_problems(["forge"], limit=3)]
     assert rl_problems(forge_only, "eval") == []
+
+
+def test_warmup_replays_the_asked_share_of_sft_mix_rows():
+    """code_rl.warmup_replay: the warm-up trains on the drills plus SFT-mix rows making up that share of its rows,
+    each mix row at most once, the same ones for the same seed."""
+    from tasks.code import replay_rows
+
+    mix = [f"mix-{i}" for i in range(500)]
+    picked = replay_rows(mix, 300, 0.25, seed=0)
+    assert len(picked) == 100 and len(set(picked)) == 100 and set(picked) <= set(mix)  # 100 / (300 + 100) = 0.25
+    assert picked == replay_rows(mix, 300, 0.25, seed=0) != replay_rows(mix, 300, 0.25, seed=1)
+    assert replay_rows(mix, 300, 0.0, seed=0) == []
+    assert sorted(replay_rows(mix[:50], 300, 0.5, seed=0)) == sorted(mix[:50])  # fewer mix rows than asked: all

@@ -270,6 +270,8 @@ def test_champion_is_the_final_rl_policy_with_lineage(scenario):
     assert all(stages[s]["state"] == "completed" for s in ("rm-pointwise", "grpo-pointwise", "rm-pairwise",
                                                            "grpo-pairwise", "code-rl-stage1", "code-rl-stage2",
                                                            "agentic-rl"))
+    warmup = client.get_run(stages["code-warmup"]["run_id"])
+    assert int(warmup.data.params["rows_replayed"]) > 0  # SFT-mix rows replayed beside the drills (warmup_replay)
     # Code RL stage 2 draws Figure 4 and compares itself with stage 1 on held-out drills.
     stage2 = client.get_run(stages["code-rl-stage2"]["run_id"])
     assert {"check_before_solved", "check_after_solved", "r_correctness_last20"} <= set(stage2.data.metrics)
