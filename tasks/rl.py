@@ -99,19 +99,19 @@ def rm_pointwise_task(
                        metrics=metrics)
 
 
-def _reward(cfg: PointwiseRLConfig | PairwiseRLConfig, rm: RewardModel, tokenizer: Any) -> Callable:
+def _reward(cfg: PointwiseRLConfig | PairwiseRLConfig, rm: RewardModel, tokenizer: Any, bf16: bool) -> Callable:
     """The stage's only reward: the frozen point-wise RM's score minus the overlong penalty (§2.1.2), or "beats the
     reference answer" under the frozen pairwise RM (§2.1.3)."""
     if isinstance(cfg, PairwiseRLConfig):
         from forge.training.pairwise_rm import BeatsReferenceReward, PairwiseScorer
 
-        return BeatsReferenceReward(PairwiseScorer(rm.model_dir, max_length=cfg.rm.max_length), win=cfg.win_reward,
+        return BeatsReferenceReward(PairwiseScorer(rm.model_dir, max_length=cfg.rm.max_length, bf16=bf16), win=cfg.win_reward,
                                     loss=cfg.loss_reward, max_completion_length=cfg.grpo.max_completion_length,
                                     stop_ids=(tokenizer.eos_token_id,))
     from forge.training.grpo import PointwiseRMReward
     from forge.training.reward_model import RewardScorer
 
-    return PointwiseRMReward(RewardScorer(rm.model_dir, max_length=cfg.rm.max_length), cfg.grpo.max_completion_length,
+    return PointwiseRMReward(RewardScorer(rm.model_dir, max_length=cfg.rm.max_length, bf16=bf16), cfg.grpo.max_completion_length,
                              [tokenizer.eos_token_id], cfg.overlong_penalty)
 
 
@@ -152,7 +152,7 @@ def grpo_task(
     with ctx.start_run(stage, tags) as run:
         log_config(cfg)
         mlflow.log_param("prompts", len(prompts))
-        result = run_grpo(Path(policy.model_dir), prompts, [_reward(cfg, rm, tokenizer)], cfg.grpo, runtime, out,
+        result = run_grpo(Path(policy.model_dir), prompts, [_reward(cfg, rm, tokenizer, runtime.bf16)], cfg.grpo, runtime, out,
                           seed=seed, stage=stage, generation=generation, log_metrics=metrics_logger())
         for key, label in ROLLOUT_CURVES.items():
             steps, values = result.series(key)

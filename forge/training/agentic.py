@@ -52,7 +52,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from forge.chat import ENDOFTEXT, IM_END, render_chat
 from forge.config import AgenticRLConfig, TrainingRuntimeConfig
 from forge.data.schemas import SearchTrajectory
-from forge.training.checkpoints import MetricsLogger, apply_runtime, save_atomically, work_dir_for
+from forge.training.checkpoints import MetricsLogger, apply_runtime, save_atomically, training_device, work_dir_for
 from forge.training.grpo import GRPOResult
 
 logger = logging.getLogger(__name__)
@@ -330,7 +330,7 @@ def train_agentic(policy_dir: Path, env: Environment, cfg: AgenticRLConfig, runt
     started = time.monotonic()
     apply_runtime(runtime)
     tokenizer = AutoTokenizer.from_pretrained(policy_dir)
-    model = AutoModelForCausalLM.from_pretrained(policy_dir)
+    model = AutoModelForCausalLM.from_pretrained(policy_dir).to(training_device())
     model.config.pad_token_id = tokenizer.pad_token_id
     model.eval()
     ref_model = copy.deepcopy(model).requires_grad_(False) if cfg.beta > 0 else None

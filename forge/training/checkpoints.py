@@ -157,6 +157,13 @@ def common_trainer_args(work_dir: Path, runtime: TrainingRuntimeConfig, *, seed:
     }
 
 
+def training_device() -> torch.device:
+    """Where a one-process stage computes: the GPU when there is one (as transformers' Trainer chooses), else the
+    CPU. Frozen models beside a trainer (reward models, the agentic reference policy) go there too, so a rollout
+    is never scored on the CPU while the policy trains on the GPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def apply_runtime(runtime: TrainingRuntimeConfig) -> None:
     """Process-wide runtime settings (CPU threads)."""
     if runtime.threads > 0:

@@ -36,6 +36,7 @@ from forge.training.checkpoints import (
     ResumableTraining,
     apply_runtime,
     common_trainer_args,
+    training_device,
 )
 
 logger = logging.getLogger(__name__)
@@ -74,6 +75,13 @@ def load_reward_model(model_dir: str | Path):
     model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=1)
     model.config.pad_token_id = tokenizer.pad_token_id
     return model, tokenizer
+
+
+def load_frozen_scorer(model_dir: str | Path, device: str | torch.device | None, bf16: bool):
+    """:func:`load_reward_model`, frozen, on ``device`` (default :func:`training_device`), in bf16 when asked."""
+    model, tokenizer = load_reward_model(model_dir)
+    model = model.to(device=device or training_device(), dtype=torch.bfloat16 if bf16 else None)
+    return model.eval().requires_grad_(False), tokenizer
 
 
 @torch.inference_mode()
@@ -235,11 +243,13 @@ class RewardScorer:
         model_dir: a saved RM (``train_reward_model``'s output).
         max_length: tokens read per chat (left-truncated).
         batch_size: chats per forward pass.
+        device: where it scores (default: :func:`forge.training.checkpoints.training_device`, the policy's).
+        bf16: score in bf16 (the profile's ``runtime.bf16``).
     """
 
-    def __init__(self, model_dir: str | Path, max_length: int = 1024, batch_size: int = 16) -> None:
-        self.model, self.tokenizer = load_reward_model(model_dir)
-        self.model.eval().requires_grad_(False)
+    def __init__(self, model_dir: str | Path, max_length: int = 1024, batch_size: int = 16,
+                 device: str | torch.device | None = None, bf16: bool = False) -> None:
+        self.model, self.tokenizer = load_frozen_scorer(model_dir, device, bf16)
         self.max_length = max_length
         self.batch_size = batch_size
 
