@@ -249,13 +249,33 @@ def _outs_md5(dvc_text: str) -> str | None:
 
 
 def cpu_kind() -> str:
-    """The machine and torch's CPU kernel width, e.g. ``x86_64 AVX512``: model-written data (the §2.1.1 refinement
-    rows, the code-RL filter's verdicts) differs in its last bits between kinds (README, "What `make run` does")."""
+    """The machine, torch's CPU kernel width and the processor's generation, e.g. ``x86_64 AVX512 GenuineIntel 6/85``:
+    model-written data (the §2.1.1 refinement rows, the code-RL filter's verdicts) differs in its last bits between
+    kinds (README, "What `make run` does"). The width alone is not enough: two AVX-512 hosts of different
+    generations built different tiny data from the same commit (2026-11-26), since MKL / oneDNN pick their kernels
+    by the core, not only by the instruction set."""
     import platform
 
     import torch
 
-    return f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()}"
+    return " ".join([platform.machine(), torch.backends.cpu.get_cpu_capability(), *_cpu_generation()])
+
+
+def _cpu_generation() -> list[str]:
+    """``["<vendor> <family>/<model>"]`` from /proc/cpuinfo (Linux), else nothing."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return []
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            break  # the first processor's block is enough
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    if not {"vendor_id", "cpu family", "model"} <= set(fields):
+        return []
+    return [f"{fields['vendor_id']} {fields['cpu family']}/{fields['model']}"]
 
 
 def built_on(dvc_text: str) -> str | None:
