@@ -189,8 +189,8 @@ def code_warmup_task(
     small policy that saw each drill once in the mix writes no program, so stage 1's filter would keep nothing
     (docs/architecture.md). A ``replay`` share of its rows are the SFT mix's own training rows, so the extra epochs
     on the drills do not overwrite the rest of SFT. Registers a ``forge-policy`` version (parent: ``policy``) with
-    the mix's held-out loss, so the gate sees what the warm-up cost the general SFT. It takes only the warm-up's own settings: a change
-    to the RL stages' settings does not redo it."""
+    the mix's held-out loss, so the gate sees what the warm-up cost the general SFT. It takes only the warm-up's own
+    settings: a change to the RL stages' settings does not redo it."""
     from forge.code.problems.drills import drill_sft_rows
     from forge.data.mix import read_mix
     from forge.training.sft import heldout_chat_loss, run_sft_stage

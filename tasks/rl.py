@@ -105,14 +105,15 @@ def _reward(cfg: PointwiseRLConfig | PairwiseRLConfig, rm: RewardModel, tokenize
     if isinstance(cfg, PairwiseRLConfig):
         from forge.training.pairwise_rm import BeatsReferenceReward, PairwiseScorer
 
-        return BeatsReferenceReward(PairwiseScorer(rm.model_dir, max_length=cfg.rm.max_length, bf16=bf16), win=cfg.win_reward,
-                                    loss=cfg.loss_reward, max_completion_length=cfg.grpo.max_completion_length,
+        scorer = PairwiseScorer(rm.model_dir, max_length=cfg.rm.max_length, bf16=bf16)
+        return BeatsReferenceReward(scorer, win=cfg.win_reward, loss=cfg.loss_reward,
+                                    max_completion_length=cfg.grpo.max_completion_length,
                                     stop_ids=(tokenizer.eos_token_id,))
     from forge.training.grpo import PointwiseRMReward
     from forge.training.reward_model import RewardScorer
 
-    return PointwiseRMReward(RewardScorer(rm.model_dir, max_length=cfg.rm.max_length, bf16=bf16), cfg.grpo.max_completion_length,
-                             [tokenizer.eos_token_id], cfg.overlong_penalty)
+    scorer = RewardScorer(rm.model_dir, max_length=cfg.rm.max_length, bf16=bf16)
+    return PointwiseRMReward(scorer, cfg.grpo.max_completion_length, [tokenizer.eos_token_id], cfg.overlong_penalty)
 
 
 @cached_task(name="grpo", modules=("forge.training.reward_model", "forge.training.pairwise_rm", *RL_MODULES))
@@ -152,8 +153,9 @@ def grpo_task(
     with ctx.start_run(stage, tags) as run:
         log_config(cfg)
         mlflow.log_param("prompts", len(prompts))
-        result = run_grpo(Path(policy.model_dir), prompts, [_reward(cfg, rm, tokenizer, runtime.bf16)], cfg.grpo, runtime, out,
-                          seed=seed, stage=stage, generation=generation, log_metrics=metrics_logger())
+        reward = _reward(cfg, rm, tokenizer, runtime.bf16)
+        result = run_grpo(Path(policy.model_dir), prompts, [reward], cfg.grpo, runtime, out, seed=seed, stage=stage,
+                          generation=generation, log_metrics=metrics_logger())
         for key, label in ROLLOUT_CURVES.items():
             steps, values = result.series(key)
             if values:

@@ -48,7 +48,8 @@ def test_reward_scorers_score_on_the_policys_device_as_on_the_cpu(rm_dir):
     False,
     # On an H200 (2026-11-26) every bf16 variant tried (lr 3e-3 and 1e-3, TRL's fused LM head and the logits path,
     # the RM in bf16 and in fp32) stopped at step 36-37 of 40: sampling met NaN probabilities; fp32 trains. Open.
-    pytest.param(True, marks=pytest.mark.xfail(strict=True, reason="bf16 GRPO samples NaN probabilities near step 37")),
+    pytest.param(True, marks=pytest.mark.xfail(strict=True,
+                                               reason="bf16 GRPO samples NaN probabilities near step 37")),
 ])
 def test_grpo_raises_a_reward_models_score_with_both_on_the_gpu(hh_chats, rm_dir, tiny_policy, tokenizer, tmp_path,
                                                                  bf16):
