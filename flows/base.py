@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prefect import flow
+from prefect import flow, get_run_logger
 
 from flows._stages import RecipeRun
 from flows.links import name_phase_run
@@ -14,10 +14,14 @@ from tasks.training import pretrain_task, train_tokenizer_task
 
 @flow(name="base-model", flow_run_name=name_phase_run)
 def base_flow(config: RecipeConfig, run: RecipeRun) -> Base:
-    if config.base.source == "hub":
-        # The full profile starts from Nanbeige4-3B-Base (§2.1.1): nothing to train, the hub id is the base.
-        hub = config.base.hub_id
-        return Base(model_dir=hub, tokenizer_dir=hub, model_name="forge-base", version="hub")
+    if config.base.source != "build":
+        # The full profile starts from Nanbeige4-3B-Base (§2.1.1): nothing to train. The checkpoint is found (or,
+        # where the profile allows, fetched) before any stage runs, so a missing one fails here with how to fix it.
+        from forge.training.base_model import resolve_base
+
+        path = str(resolve_base(config.base))
+        get_run_logger().info("base: %s (%s) at %s", config.base.hub_id, config.base.source, path)
+        return Base(model_dir=path, tokenizer_dir=path, model_name="forge-base", version=config.base.source)
     corpora = digest_corpora()
     tokenizer = run.stage("tokenizer", train_tokenizer_task, cfg=config.base.tokenizer, corpora=corpora,
                           seed=config.seed)

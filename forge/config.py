@@ -46,10 +46,16 @@ class TokenizerConfig(Strict):
 class BaseModelConfig(Strict):
     """Stage 0. The paper starts from Nanbeige4-3B-Base (§2.1.1); the tiny profile trains its own Llama."""
 
-    source: Literal["build", "hub"] = Field(
-        "hub", description="'build': train a tokenizer and a small Llama on corpora/; 'hub': load hub_id."
+    source: Literal["build", "hub", "local"] = Field(
+        "hub", description="'build': train a tokenizer and a small Llama on corpora/; 'hub': hub_id, from the local "
+        "Hugging Face cache (or fetched when allow_hub_download); 'local': the checkpoint directory at local_path."
     )
     hub_id: str = Field("Nanbeige/Nanbeige4-3B-Base", description="Base checkpoint when source='hub' (§2.1.1).")
+    allow_hub_download: bool = Field(
+        False, description="source='hub' may fetch hub_id from huggingface.co when the cache lacks it. Off by default: "
+        "Forge reaches no hub unless a profile says so (the tiny and CI profiles never do).")
+    local_path: str | None = Field(
+        None, description="source='local': a save_pretrained directory (config.json, weights, tokenizer files).")
     tokenizer: TokenizerConfig = TokenizerConfig()
     hidden_size: int = Field(256, ge=8)
     num_layers: int = Field(4, ge=1)
@@ -66,6 +72,12 @@ class BaseModelConfig(Strict):
     eval_fraction: float = Field(0.02, gt=0, lt=0.5, description="Share of corpus text held out.")
     max_corpus_chars: int = Field(8_000_000, ge=10_000, description="Corpus characters used for pre-training.")
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _local_has_path(self) -> BaseModelConfig:
+        if self.source == "local" and not self.local_path:
+            raise ValueError("source 'local' needs local_path: the base checkpoint's directory")
+        return self
 
     @model_validator(mode="after")
     def _heads_divide(self) -> BaseModelConfig:
@@ -394,6 +406,13 @@ class TrainingRuntimeConfig(Strict):
         "tokens in tiles and never holds the full logits (a GPU's memory at a 150k vocabulary and long contexts). "
         "False takes the same values from the logits: on 2 CPU cores at the tiny 4k vocabulary SFT steps 1.4x and "
         "GRPO steps 1.3x faster (bench/sft_lm_head.py).")
+    num_processes: int = Field(
+        1, ge=1, description="Processes per training stage. Above 1 every launched stage (SFT, the reward models) runs "
+        "under `accelerate launch` as a child of its task (forge/training/launch.py): one per GPU, or CPU ranks over "
+        "gloo.")
+    accelerate_config: str | None = Field(
+        None, description="An accelerate config the launched stages use: a name under infra/accelerate/ (fsdp, "
+        "zero3) or a path. Setting it launches the stages even with num_processes 1.")
 
 
 class ClusterConfig(Strict):

@@ -54,10 +54,11 @@ class Checkpoint(StageResult):
 
     model_dir: str
     model_name: str | None = Field(None, description="Registered model, e.g. 'forge-policy'; None: unregistered.")
-    version: str | None = Field(None, description="Registry version ('hub': a hub checkpoint, not registered).")
+    version: str | None = Field(
+        None, description="Registry version ('hub' or 'local': a base checkpoint read where it is, not registered).")
 
     def paths(self) -> list[str]:
-        return [self.model_dir] if self.version != "hub" else []
+        return [self.model_dir] if self.version not in ("hub", "local") else []
 
     @property
     def ref(self) -> str:

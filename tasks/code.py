@@ -193,6 +193,7 @@ def code_warmup_task(
     settings: a change to the RL stages' settings does not redo it."""
     from forge.code.problems.drills import drill_sft_rows
     from forge.data.mix import read_mix
+    from forge.training.launch import run_training
     from forge.training.sft import heldout_chat_loss, run_sft_stage
     from registry.models import register_checkpoint
 
@@ -211,8 +212,8 @@ def code_warmup_task(
         log_config(stage)
         mlflow.log_params({"rows": len(train), "rows_replayed": len(replayed),
                            **{f"rows_{k}": v for k, v in sorted(kinds.items())}})
-        result = run_sft_stage(Path(policy.model_dir), train, held_out, stage, sft, runtime, out,
-                               log_metrics=metrics_logger())
+        result = run_training(run_sft_stage, runtime, out, log_metrics=metrics_logger(),
+                              model_dir=Path(policy.model_dir), train_rows=train, eval_rows=held_out, stage=stage, sft=sft)
         log_curve("code_warmup_train_loss", [p[0] for p in result.train_curve], [p[1] for p in result.train_curve],
                   "train loss")
         metrics = {"drills_loss_before": result.eval_loss_before, "drills_loss_after": result.eval_loss_after,

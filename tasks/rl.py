@@ -65,6 +65,7 @@ def rm_pointwise_task(
     from forge.data.mix import read_mix, read_refinement_pairs
     from forge.data.schemas import PreferencePair
     from forge.generation import local_backend
+    from forge.training.launch import run_training
     from forge.training.pairs import FORGE_PAIR_SOURCE, build_rl_prompts, reference_pairs, split_pairs
     from forge.training.reward_model import heldout_metrics, train_reward_model
     from registry.models import register_checkpoint
@@ -89,7 +90,8 @@ def rm_pointwise_task(
                                     seed=seed)
             train, heldout = train + split.train, heldout + split.heldout
             metrics |= {f"forge_pairs_{k}": v for k, v in split.counts.items()}
-        res = train_reward_model(Path(policy.model_dir), train, heldout, cfg.rm, runtime, out, seed, metrics_logger())
+        res = run_training(train_reward_model, runtime, out, log_metrics=metrics_logger(),
+                           model_dir=Path(policy.model_dir), train_pairs=train, eval_pairs=heldout, cfg=cfg.rm, seed=seed)
         metrics |= heldout_metrics(res, {HH_SOURCE: "hh", FORGE_PAIR_SOURCE: "forge"})
         mlflow.log_metrics(metrics)
         log_curve("rm_pointwise_train_loss", [p[0] for p in res.train_curve], [p[1] for p in res.train_curve],
@@ -189,6 +191,7 @@ def rm_pairwise_task(
 
     from forge.data.mix import read_mix
     from forge.generation import local_backend, teacher_or_local
+    from forge.training.launch import run_training
     from forge.training.pairs import build_rl_prompts, pairwise_pairs
     from forge.training.pairwise_rm import train_pairwise_rm
     from registry.models import register_checkpoint
@@ -207,8 +210,9 @@ def rm_pairwise_task(
         weak_answers = _answers(local_backend(generation, weak.model_dir), prompts, generation, budget, seed)
         split = pairwise_pairs(prompts, strong_answers, weak_answers, tokenizer, budget=budget,
                                eval_pairs=cfg.rm.eval_pairs, min_pairs=cfg.min_pairs, seed=seed)
-        res = train_pairwise_rm(Path(strong.model_dir), split.train, split.heldout, cfg, runtime, out, seed,
-                                metrics_logger())
+        res = run_training(train_pairwise_rm, runtime, out, log_metrics=metrics_logger(),
+                           model_dir=Path(strong.model_dir), train_pairs=split.train, heldout_pairs=split.heldout,
+                           cfg=cfg, seed=seed)
         metrics = {"heldout_accuracy": res.after.accuracy, "position_bias_rate": res.after.position_bias_rate,
                    "position_bias_rate_before": res.before.position_bias_rate,
                    **{f"pairs_{k}": v for k, v in split.counts.items()}}

@@ -89,6 +89,7 @@ def sft_stage_task(
 ) -> Checkpoint:
     """One curriculum stage: SFT at ``stage.max_length`` tokens from ``init``'s weights (unregistered output)."""
     from forge.data.mix import read_mix
+    from forge.training.launch import run_training
     from forge.training.sft import run_sft_stage
 
     ws = Workspace.from_env()
@@ -101,9 +102,9 @@ def sft_stage_task(
         # One key (sft/loss) for the whole curriculum, each stage's steps after the previous stages', so the three
         # stage runs overlay as one curve in MLflow's chart view.
         offset = sum(s.max_steps for s in sft.curriculum[:index])
-        result = run_sft_stage(
-            Path(init.model_dir), train_rows, eval_rows, stage, sft, runtime, out,
-            log_metrics=metrics_logger(step_offset=offset),
+        result = run_training(
+            run_sft_stage, runtime, out, log_metrics=metrics_logger(step_offset=offset),
+            model_dir=Path(init.model_dir), train_rows=train_rows, eval_rows=eval_rows, stage=stage, sft=sft,
         )
         metrics = {
             "eval_loss_before": result.eval_loss_before,

@@ -3,7 +3,8 @@
 ``source='build'``: a small Llama (tied embeddings) pre-trained with the HF ``Trainer`` on corpus text,
 packed into fixed-length blocks; a share of the documents is held out and its loss measured every
 ``eval_every`` steps. Checkpoints go to a work dir next to the output, so a killed run resumes; the final
-model + tokenizer are renamed into place atomically. ``source='hub'``: :func:`load_base` loads ``hub_id``.
+model + tokenizer are renamed into place atomically. ``source='hub'`` or ``'local'``: :func:`resolve_base` finds the
+checkpoint (the local HF cache, a download where the profile allows one, or a directory) and nothing is trained.
 
     tok = train_tokenizer(texts, cfg.base.tokenizer)
     model = build_model(cfg.base, tok)
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,13 +63,59 @@ def build_model(cfg: BaseModelConfig, tokenizer: PreTrainedTokenizerBase) -> Lla
     return model
 
 
-def load_base(cfg: BaseModelConfig):
-    """Load ``cfg.hub_id`` (model, tokenizer) from the Hugging Face hub or its local cache (``source='hub'``)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer  # only the full profile needs the hub path
+class BaseCheckpointMissing(FileNotFoundError):
+    """The profile's base checkpoint is neither where it points nor allowed to be fetched; says how to provide it."""
 
-    tokenizer = AutoTokenizer.from_pretrained(cfg.hub_id)
-    model = AutoModelForCausalLM.from_pretrained(cfg.hub_id, dtype="auto")
-    return model, tokenizer
+
+CHECKPOINT_FILES = ("config.json", "tokenizer_config.json")
+
+
+@contextmanager
+def _hub_reachable() -> Iterator[None]:
+    """huggingface_hub online for one call. Forge sets ``HF_HUB_OFFLINE=1`` for the whole process
+    (forge/workspace.py); a profile with ``base.allow_hub_download`` lifts it for the base download only."""
+    from huggingface_hub import constants
+
+    before = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = False
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = before
+
+
+def resolve_base(cfg: BaseModelConfig) -> Path:
+    """The base checkpoint as a local directory the trainers read (``source`` 'local' or 'hub').
+
+    'local': ``cfg.local_path``, which must hold a ``save_pretrained`` model and its tokenizer. 'hub': ``cfg.hub_id``
+    from the local Hugging Face cache; fetched from huggingface.co only when ``cfg.allow_hub_download``. Either way
+    a missing checkpoint raises :class:`BaseCheckpointMissing` naming the model and the two ways to provide it.
+    """
+    how = (f"Provide it one of two ways: (1) let this profile fetch it, base.allow_hub_download: true (or `forge run "
+           f"--set base.allow_hub_download=true`); (2) download it yourself (`hf download {cfg.hub_id} --local-dir "
+           f"DIR`) and set base.source: local and base.local_path: DIR.")
+    if cfg.source == "local":
+        path = Path(cfg.local_path or "").expanduser()
+        missing = [f for f in CHECKPOINT_FILES if not (path / f).is_file()]
+        if missing:
+            raise BaseCheckpointMissing(
+                f"base.local_path: {path} is not a checkpoint directory with its tokenizer (missing "
+                f"{', '.join(missing)}); the profile's base model is {cfg.hub_id}. {how}")
+        return path
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        if cfg.allow_hub_download:
+            with _hub_reachable():
+                return Path(snapshot_download(cfg.hub_id))
+        return Path(snapshot_download(cfg.hub_id, local_files_only=True))
+    except LocalEntryNotFoundError as err:
+        why = (f"the download failed ({err})" if cfg.allow_hub_download
+               else "this profile does not allow downloads (base.allow_hub_download is false)")
+        raise BaseCheckpointMissing(
+            f"base.hub_id: {cfg.hub_id} is not in the local Hugging Face cache ({constants.HF_HUB_CACHE}) and {why}. "
+            f"{how}") from None
 
 
 class PackedBlocks(Dataset):

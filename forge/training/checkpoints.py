@@ -28,6 +28,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, Trai
 from transformers.trainer_callback import PrinterCallback
 
 from forge.config import TrainingRuntimeConfig
+from forge.training.launch import barrier, is_main_process
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +98,8 @@ class ResumableTraining:
         if self.resume and key in saved:
             return saved[key]
         saved[key] = float(measure())
-        path.write_text(json.dumps(saved))
+        if is_main_process():
+            path.write_text(json.dumps(saved))
         return saved[key]
 
     def train(self, trainer: Trainer, label: str) -> None:
@@ -108,14 +110,23 @@ class ResumableTraining:
         trainer.train(resume_from_checkpoint=self.resume)
 
     def finish(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> Path:
-        """Write the trained model atomically to ``out_dir`` and remove the work dir; returns ``out_dir``."""
-        save_atomically(model, tokenizer, self.out_dir)
-        shutil.rmtree(self.work_dir, ignore_errors=True)
+        """Write the trained model atomically to ``out_dir`` and remove the work dir; returns ``out_dir``. Under a
+        launch only rank 0 writes, once every rank has finished training."""
+        barrier()
+        if is_main_process():
+            save_atomically(_unwrapped(model), tokenizer, self.out_dir)
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+        barrier()
         return self.out_dir
 
     @property
     def seconds(self) -> float:
         return time.monotonic() - self.started
+
+
+def _unwrapped(model: torch.nn.Module) -> PreTrainedModel:
+    """The model itself, not a DistributedDataParallel wrapper around it."""
+    return getattr(model, "module", model)
 
 
 def save_atomically(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: Path) -> Path:
@@ -153,6 +164,9 @@ def common_trainer_args(work_dir: Path, runtime: TrainingRuntimeConfig, *, seed:
         "seed": seed,
         "dataloader_num_workers": 0,
         "dataloader_pin_memory": torch.cuda.is_available(),
+        # Without CUDA the Trainer must be told it is on CPUs, or under `accelerate launch` each rank would train
+        # alone instead of joining the others over gloo (forge/training/launch.py).
+        "use_cpu": not torch.cuda.is_available(),
         "disable_tqdm": True,
     }
 
@@ -195,7 +209,7 @@ class ForwardMetrics(TrainerCallback):
         return f"{int(left // 60)}:{int(left % 60):02d}"
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not logs:
+        if not logs or not state.is_world_process_zero:
             return
         numeric = {
             f"{self.prefix}{k}": float(v)

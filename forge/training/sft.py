@@ -38,6 +38,7 @@ from forge.training.checkpoints import (
     apply_runtime,
     common_trainer_args,
 )
+from forge.training.launch import sum_over_ranks
 from forge.training.tokenizer import encode_chat
 
 logger = logging.getLogger(__name__)
@@ -222,6 +223,7 @@ def run_sft_stage(
     run.finish(trainer.model, trainer.processing_class)
 
     collator: CountingCollator = trainer.data_collator
+    real_tokens, positions = sum_over_ranks(collator.real_tokens, collator.positions)  # every rank's batches
     curve = [(int(r["step"]), float(r["loss"])) for r in trainer.state.log_history if "loss" in r]
     return SFTStageResult(
         stage=stage.name,
@@ -230,9 +232,9 @@ def run_sft_stage(
         eval_loss_after=after,
         train_curve=curve,
         steps=trainer.state.global_step,
-        tokens=collator.real_tokens,
+        tokens=int(real_tokens),
         seconds=run.seconds,
-        padding_fraction=1.0 - collator.real_tokens / collator.positions if collator.positions else 0.0,
+        padding_fraction=1.0 - real_tokens / positions if positions else 0.0,
         resumed_from_step=run.resumed_from_step,
         train_rows=len(trainer.train_dataset),
         eval_rows=len(trainer.eval_dataset),

@@ -1,0 +1,122 @@
+"""Launched training (forge/training/launch.py): two CPU ranks over gloo under `accelerate launch` follow the loss
+curve one process draws with the same global batch; rank 0's metrics reach the caller; a failing rank's traceback
+does; a killed launch leaves no rank running and the next launch resumes from its checkpoint."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from forge.config import SFTConfig, SFTStageConfig, TrainingRuntimeConfig
+from forge.data.schemas import ChatSample, Message
+from forge.training.checkpoints import find_resume_checkpoint, work_dir_for
+from forge.training.launch import LaunchError, job_dir_for, run_training
+from forge.training.sft import run_sft_stage
+
+ONE = TrainingRuntimeConfig(fused_lm_head=False)
+TWO = TrainingRuntimeConfig(fused_lm_head=False, num_processes=2)
+STEPS = 16
+
+
+def qa_rows(docs: list[dict]) -> list[ChatSample]:
+    return [ChatSample.build(domain="general", source="wiki2", messages=[
+        Message(role="user", content=f"Who or what is {d['title']}?"),
+        Message(role="assistant", content=d["text"].split(". ")[0][:200])]) for d in docs]
+
+
+@pytest.fixture(scope="module")
+def rows(wiki_docs):
+    return qa_rows(wiki_docs[:256]), qa_rows(wiki_docs[-16:])
+
+
+def sft_call(rows, batch: int, save_steps: int = 4, steps: int = STEPS) -> dict:
+    stage = SFTStageConfig(name="s", max_length=96, max_steps=steps, learning_rate=3e-3, per_device_batch_size=batch)
+    return {"train_rows": rows[0], "eval_rows": rows[1], "stage": stage,
+            "sft": SFTConfig(curriculum=[stage], save_steps=save_steps)}
+
+
+def test_two_ranks_follow_the_one_process_loss_curve(tiny_policy, rows, tmp_path):
+    one = run_training(run_sft_stage, ONE, tmp_path / "one", model_dir=tiny_policy, **sft_call(rows, batch=8))
+    logged: list[tuple[int, dict]] = []
+    two = run_training(run_sft_stage, TWO, tmp_path / "two", log_metrics=lambda m, s: logged.append((s, m)),
+                       model_dir=tiny_policy, **sft_call(rows, batch=4))  # 2 ranks × 4 = the same global batch of 8
+
+    # Same samples per step (accelerate hands rank r every other batch of the same shuffled order) and a loss averaged
+    # over the tokens of both ranks: the curves agree to float noise, 2% allowing for gloo's reduction order.
+    assert [s for s, _ in two.train_curve] == [s for s, _ in one.train_curve] and len(one.train_curve) >= 4
+    for (step, a), (_, b) in zip(one.train_curve, two.train_curve):
+        assert b == pytest.approx(a, rel=0.02), f"step {step}: 1 process {a:.4f}, 2 ranks {b:.4f}"
+    assert one.train_curve[-1][1] < one.train_curve[0][1] - 0.5  # and the curve is one of learning
+    assert two.eval_loss_after == pytest.approx(one.eval_loss_after, rel=0.02)
+    assert two.tokens == one.tokens  # every row trained once, on one rank or the other
+    assert two.steps == STEPS and (tmp_path / "two" / "config.json").exists()
+    assert not job_dir_for(tmp_path / "two").exists() and not work_dir_for(tmp_path / "two").exists()
+    # Rank 0's records reached the caller's logger (the task's MLflow run), once each.
+    losses = [(s, m["sft/loss"]) for s, m in logged if "sft/loss" in m]
+    assert [s for s, _ in losses] == [s for s, _ in two.train_curve]
+
+
+def test_a_failing_rank_fails_the_call_with_its_traceback(rows, tmp_path):
+    missing = tmp_path / "no-such-model"
+    with pytest.raises(LaunchError) as err:
+        run_training(run_sft_stage, TWO, tmp_path / "out", model_dir=missing, **sft_call(rows, batch=4))
+    message = str(err.value)
+    assert "error-rank0" in message and "error-rank1" in message and "Traceback" in message
+    assert str(missing) in message  # the rank's own exception, not the launcher's summary
+
+
+def _ranks_of(job: Path) -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if str(job) in " ".join(p.info["cmdline"] or []):
+                out.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return out
+
+
+@pytest.mark.parametrize("kill", ["task", "process group"])
+def test_a_killed_launch_stops_its_ranks_and_resumes_from_the_checkpoint(kill, tiny_policy, rows, tmp_path):
+    out = tmp_path / "out"
+    call = {"model_dir": tiny_policy, **sft_call(rows, batch=4, save_steps=2, steps=40)}
+    (tmp_path / "call.pkl").write_bytes(pickle.dumps((TWO, out, call)))
+    script = ("import pickle, sys; from forge.training.launch import run_training; "
+              "from forge.training.sft import run_sft_stage; "
+              f"runtime, out, call = pickle.load(open({str(tmp_path / 'call.pkl')!r}, 'rb')); "
+              "run_training(run_sft_stage, runtime, out, **call)")
+    task = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    work = work_dir_for(out)
+    deadline = time.monotonic() + 240
+    while find_resume_checkpoint(work) is None or int(find_resume_checkpoint(work).split("-")[-1]) < 4:
+        assert task.poll() is None, "the launched stage ended before it was killed"
+        assert time.monotonic() < deadline, "no checkpoint within 4 minutes"
+        time.sleep(0.5)
+    job = job_dir_for(out)
+    assert len(_ranks_of(job)) >= 2
+    # The task's process dies at once, as under an OOM kill; or its whole process group does, launcher included (as
+    # `forge run` killed from the terminal). torch elastic puts each rank in a session of its own: neither reaches
+    # the ranks directly.
+    if kill == "task":
+        task.send_signal(signal.SIGKILL)
+    else:
+        os.killpg(task.pid, signal.SIGKILL)
+    task.wait()
+    deadline = time.monotonic() + 60
+    while _ranks_of(job):
+        assert time.monotonic() < deadline, f"ranks still running a minute after their task died: {_ranks_of(job)}"
+        time.sleep(0.5)
+    assert not out.exists()
+
+    result = run_training(run_sft_stage, TWO, out, **call)
+    assert result.resumed_from_step is not None and result.resumed_from_step >= 4
+    assert result.steps == 40 and (out / "config.json").exists()
