@@ -17,8 +17,14 @@ export DVC_NO_ANALYTICS := 1
 export STREAMLIT_BROWSER_GATHER_USAGE_STATS := false
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run test ui clean browser
+.PHONY: setup setup-gpu run test ui clean browser
 setup: $(STAMP)
+
+# A CUDA machine: the [gpu] extra (vLLM, DeepSpeed) and torch's CUDA build at constraints-gpu.txt's versions
+# (docs/scale.md). Never on a CPU machine: it pulls several GB of CUDA wheels.
+setup-gpu:
+	FORGE_EXTRAS=gpu,dev FORGE_CONSTRAINTS=constraints-gpu.txt infra/install_venv.sh $(VENV)
+	@touch $(STAMP)
 
 # The dashboard's browser tests drive Debian's chromium through Playwright (never `playwright install`: no CDN here).
 # Installed when missing and we may (root with apt); otherwise those tests skip and say why.
