@@ -437,3 +437,14 @@ def test_gpu_deployment_runs_the_recipe_on_the_gpu_profile_in_the_pool():
     assert set(deployment["work_pool"]["job_variables"]) <= set(template["variables"]["properties"])
     (step,) = spec["pull"]
     assert step["prefect.deployments.steps.set_working_directory"]["directory"] == _dockerfile_env()["FORGE_ROOT"]
+
+
+def test_gpu_constraints_pin_what_ci_tests():
+    """constraints-gpu.txt (make setup-gpu) is resolved apart from constraints.txt (vLLM's pins decide it), but the
+    libraries every stage's behaviour rests on must be the releases CI tests on the CPU, and vLLM the extra's pin."""
+    gpu = (REPO_ROOT / "constraints-gpu.txt").read_text()
+    for package in ("torch", "transformers", "trl", "accelerate", "datasets", "prefect", "mlflow", "dvc"):
+        assert _pin(gpu, package) == _constraint(package), package
+    extra = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["gpu"]
+    assert f"vllm=={_pin(gpu, 'vllm')}" in extra
+    assert "-e " not in gpu and "file://" not in gpu  # constraints name releases, never a checkout
