@@ -28,7 +28,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, Trai
 from transformers.trainer_callback import PrinterCallback
 
 from forge.config import TrainingRuntimeConfig
-from forge.training.launch import barrier, is_main_process
+from forge.training.launch import assert_replicas_agree, barrier, is_main_process
 
 logger = logging.getLogger(__name__)
 
@@ -89,18 +89,43 @@ class ResumableTraining:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.resume = find_resume_checkpoint(self.work_dir)
         self.resumed_from_step = checkpoint_step(self.resume)
+        self._kept: set[str] = set()
+
+    def saved(self, key: str) -> float | None:
+        """A figure this run kept in its work dir, when it resumes a killed run that had measured it (else None)."""
+        path = self.work_dir / STATE_FILE
+        saved = json.loads(path.read_text()) if path.exists() else {}
+        return saved.get(key) if self.resume or key in self._kept else None
+
+    def keep(self, key: str, value: float) -> float:
+        """Keep ``value`` as ``key`` in the work dir (rank 0 writes), for a resumed run to read back."""
+        path = self.work_dir / STATE_FILE
+        saved = json.loads(path.read_text()) if path.exists() else {}
+        saved[key] = float(value)
+        self._kept.add(key)
+        if is_main_process():
+            path.write_text(json.dumps(saved))
+        return float(value)
 
     def once(self, key: str, measure: Callable[[], float]) -> float:
         """``measure()`` the first time; the value kept in the work dir when this call resumes a killed run (whose
-        model has already moved on, so measuring again would not give the "before" figure)."""
-        path = self.work_dir / STATE_FILE
-        saved = json.loads(path.read_text()) if path.exists() else {}
-        if self.resume and key in saved:
-            return saved[key]
-        saved[key] = float(measure())
-        if is_main_process():
-            path.write_text(json.dumps(saved))
-        return saved[key]
+        model has already moved on, so measuring again would not give the "before" figure). Not for a measure that
+        calls ``trainer.evaluate()`` of a trainer that will train under a launch: see :meth:`evaluate_at_start`."""
+        kept = self.saved(key)
+        return kept if kept is not None else self.keep(key, measure())
+
+    def evaluate_at_start(self, trainer: Trainer, key: str, counting: Callable[[bool], None] | None = None) -> None:
+        """Have ``trainer.train()`` measure the held-out loss as it starts, once the model is wrapped for training,
+        and keep it as ``key`` (read it back with :meth:`saved`); a resumed run keeps the figure it had.
+
+        Not ``trainer.evaluate()`` before ``train()``: under ``accelerate launch`` that marks the model prepared
+        without a DistributedDataParallel wrapper, ``train()`` then leaves it unwrapped, and each rank steps on its
+        own gradients (the ranks' weights drift apart; tests/training/test_launch.py caught it). ``counting(False)``
+        / ``counting(True)`` bracket that evaluation (SFT's padding counter skips its batches)."""
+        if self.saved(key) is not None:
+            return
+        trainer.args.eval_on_start = True
+        trainer.add_callback(_KeepFirstEvaluation(self, key, counting))
 
     def train(self, trainer: Trainer, label: str) -> None:
         """``trainer.train()`` from the resume point; Forge logs progress itself (no PrinterCallback dicts)."""
@@ -111,8 +136,8 @@ class ResumableTraining:
 
     def finish(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> Path:
         """Write the trained model atomically to ``out_dir`` and remove the work dir; returns ``out_dir``. Under a
-        launch only rank 0 writes, once every rank has finished training."""
-        barrier()
+        launch only rank 0 writes, once every rank has finished training and the ranks' weights are known to agree."""
+        assert_replicas_agree(_unwrapped(model))
         if is_main_process():
             save_atomically(_unwrapped(model), tokenizer, self.out_dir)
             shutil.rmtree(self.work_dir, ignore_errors=True)
@@ -122,6 +147,24 @@ class ResumableTraining:
     @property
     def seconds(self) -> float:
         return time.monotonic() - self.started
+
+
+class _KeepFirstEvaluation(TrainerCallback):
+    """The first evaluation of a ``train()`` (``eval_on_start``), kept by :meth:`ResumableTraining.evaluate_at_start`."""
+
+    def __init__(self, run: ResumableTraining, key: str, counting: Callable[[bool], None] | None) -> None:
+        self.run, self.key, self.counting, self.done = run, key, counting, False
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.counting and not self.done:
+            self.counting(False)
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        if not self.done and metrics and "eval_loss" in metrics:
+            self.done = True
+            self.run.keep(self.key, metrics["eval_loss"])
+            if self.counting:
+                self.counting(True)
 
 
 def _unwrapped(model: torch.nn.Module) -> PreTrainedModel:

@@ -87,6 +87,31 @@ def sum_over_ranks(*values: float) -> list[float]:
     return t.tolist()
 
 
+class RanksDisagree(RuntimeError):
+    """Data-parallel ranks finished training with different weights: their gradients were not being averaged."""
+
+
+def assert_replicas_agree(model) -> None:
+    """Under data parallelism every rank holds the same weights after a step; compare one checksum per rank and
+    raise :class:`RanksDisagree` if they differ (nothing outside a process group). Sharded parameters (FSDP's
+    DTensors) differ by design and are not compared."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    params = [p for p in model.parameters() if type(p.data).__name__ != "DTensor"]
+    device = params[0].device if params else "cpu"
+    local = sum((p.detach().double().sum() for p in params), torch.zeros((), dtype=torch.float64, device=device))
+    local = local.reshape(1)
+    every = [torch.zeros_like(local) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, local)
+    sums = [float(t) for t in every]
+    if max(sums) - min(sums) > 1e-6 * max(1.0, max(abs(x) for x in sums)):
+        raise RanksDisagree(f"the ranks' weights differ after training (parameter sums {sums}): each rank stepped "
+                            "on its own gradients, the model was not wrapped for data-parallel training")
+
+
 def accelerate_config_path(name: str) -> Path:
     """``runtime.accelerate_config`` as a file: a path, or a name under ``infra/accelerate/`` (``fsdp`` → fsdp.yaml)."""
     path = Path(name)

@@ -215,14 +215,15 @@ def run_sft_stage(
     """
     run = ResumableTraining(out_dir, runtime)
     trainer = build_sft_trainer(model_dir, train_rows, eval_rows, stage, sft, runtime, run.work_dir, log_metrics)
-    before = run.once("eval_loss_before", lambda: _evaluate(trainer))
-    logger.info("sft %s: %d train rows, held-out loss %.4f before", stage.name, len(trainer.train_dataset), before)
+    collator: CountingCollator = trainer.data_collator
+    run.evaluate_at_start(trainer, "eval_loss_before", lambda on: setattr(collator, "counting", on))
+    logger.info("sft %s: %d train rows", stage.name, len(trainer.train_dataset))
     run.train(trainer, f"sft {stage.name}")
+    before = run.saved("eval_loss_before")
     after = _evaluate(trainer)
-    logger.info("sft %s: %d steps, held-out loss %.4f after", stage.name, trainer.state.global_step, after)
+    logger.info("sft %s: %d steps, held-out loss %.4f → %.4f", stage.name, trainer.state.global_step, before, after)
     run.finish(trainer.model, trainer.processing_class)
 
-    collator: CountingCollator = trainer.data_collator
     real_tokens, positions = sum_over_ranks(collator.real_tokens, collator.positions)  # every rank's batches
     curve = [(int(r["step"]), float(r["loss"])) for r in trainer.state.log_history if "loss" in r]
     return SFTStageResult(

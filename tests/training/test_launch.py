@@ -49,13 +49,16 @@ def test_two_ranks_follow_the_one_process_loss_curve(tiny_policy, rows, tmp_path
     two = run_training(run_sft_stage, TWO, tmp_path / "two", log_metrics=lambda m, s: logged.append((s, m)),
                        model_dir=tiny_policy, **sft_call(rows, batch=4))  # 2 ranks × 4 = the same global batch of 8
 
-    # Same samples per step (accelerate hands rank r every other batch of the same shuffled order) and a loss averaged
-    # over the tokens of both ranks: the curves agree to float noise, 2% allowing for gloo's reduction order.
+    # Same samples per step (accelerate hands rank r every other batch of the same shuffled order), a loss averaged
+    # over the tokens of both ranks and gradients averaged by DDP: the curves agree to float noise (gloo sums in
+    # another order). Ranks stepping on their own gradients drift ~1% apart within 16 steps: that is what 1e-3 catches.
     assert [s for s, _ in two.train_curve] == [s for s, _ in one.train_curve] and len(one.train_curve) >= 4
     for (step, a), (_, b) in zip(one.train_curve, two.train_curve):
-        assert b == pytest.approx(a, rel=0.02), f"step {step}: 1 process {a:.4f}, 2 ranks {b:.4f}"
+        assert b == pytest.approx(a, rel=1e-3), f"step {step}: 1 process {a:.5f}, 2 ranks {b:.5f}"
     assert one.train_curve[-1][1] < one.train_curve[0][1] - 0.5  # and the curve is one of learning
-    assert two.eval_loss_after == pytest.approx(one.eval_loss_after, rel=0.02)
+    # Held-out losses are averaged per evaluation batch, and 2 ranks batch the held-out rows differently: 1%.
+    assert two.eval_loss_after == pytest.approx(one.eval_loss_after, rel=0.01)
+    assert two.eval_loss_before == pytest.approx(one.eval_loss_before, rel=0.01)
     assert two.tokens == one.tokens  # every row trained once, on one rank or the other
     assert two.steps == STEPS and (tmp_path / "two" / "config.json").exists()
     assert not job_dir_for(tmp_path / "two").exists() and not work_dir_for(tmp_path / "two").exists()
