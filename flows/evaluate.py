@@ -25,11 +25,12 @@ log = logging.getLogger("forge")
 @flow(name="evaluate", flow_run_name=name_phase_run)
 def evaluate_flow(config: RecipeConfig, run: RecipeRun, *, model: Checkpoint, judge: Checkpoint) -> list[EvalReport]:
     """Every suite on ``model``; ``judge`` (the pair-wise RM) decides the alignment suite's pairs."""
-    suites = [("eval-humaneval", humaneval_task, {"model": model, "cfg": config.eval.humaneval}),
-              ("eval-code", code_suite_task, {"model": model, "cfg": config.eval.code})]
+    gen = {"model": model, "generation": config.generation}  # the profile's backend: vLLM on the GPU profile
+    suites = [("eval-humaneval", humaneval_task, {**gen, "cfg": config.eval.humaneval}),
+              ("eval-code", code_suite_task, {**gen, "cfg": config.eval.code})]
     for suite in MODEL_SUITES:
         extra = {"judge": judge} if suite == "alignment" else {}
-        suites.append((f"eval-{suite}", eval_suite_task, {"model": model, "suite": suite, "seed": config.seed,
+        suites.append((f"eval-{suite}", eval_suite_task, {**gen, "suite": suite, "seed": config.seed,
                                                           "cfg": getattr(config.eval, suite), **extra}))
     reports = run.stages(suites)  # independent: side by side on a Ray cluster (forge/fanout.py)
     run.stage("eval-report", eval_report_task, model=model)

@@ -100,6 +100,36 @@ def run(
     )
 
 
+@app.command()
+def plan(
+    profile: str = typer.Option("tiny", help="configs/<profile>.yaml or a path to a YAML profile."),
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override a profile field: KEY=VALUE.")] = None,
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+) -> None:
+    """What a run of the profile would do, stage by stage, without running anything: where each stage runs (the
+    task's process or `accelerate launch`), on what, what generates its samples, what it reads, and any choice
+    that only makes sense on a machine without GPUs."""
+    from dataclasses import asdict
+
+    from forge.config import load_profile
+    from forge.plan import recipe_plan
+
+    cfg = load_profile(profile, _overrides(set_ or []))
+    rows = recipe_plan(cfg)
+    if as_json:
+        print(json.dumps([asdict(r) for r in rows], indent=1, ensure_ascii=False))
+        return
+    table = Table(title=f"plan of a {cfg.profile} run", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for col in ("stage", "runs in", "computes on", "generates with", "reads"):
+        table.add_column(col, no_wrap=col == "stage")
+    for r in rows:
+        table.add_row(r.stage, r.launcher, r.compute, r.backend, r.data)
+    console.print(table)
+    flags = sorted({f for r in rows for f in r.cpu_only})
+    console.print("CPU-only choices: " + ("; ".join(flags) if flags else "none"), markup=False, highlight=False,
+                  soft_wrap=True)
+
+
 def _in_process(flow_name: str, profile: str, set_: list[str] | None, verbose: bool):
     """The flow ``flows.recipe.<flow_name>`` run here as ``flow(profile=..., overrides=...)``, under the checkout's
     run lock; a busy checkout or a full disk is one red line and exit 1."""

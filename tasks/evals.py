@@ -13,7 +13,7 @@ from typing import Any
 import mlflow
 from prefect import task
 
-from forge.config import CodeSuiteConfig, HumanEvalConfig, SuiteConfig
+from forge.config import CodeSuiteConfig, GenerationConfig, HumanEvalConfig, SuiteConfig
 from forge.evals.domains import ITEMS_ARTIFACT, MODEL_TAG, SUITE_TAG, run_tag
 from forge.stages import Checkpoint, EvalReport
 from registry.tracking import STAGE_TAG, StageContext, log_table
@@ -40,14 +40,15 @@ def _tags(suite: str, model: Checkpoint) -> dict[str, str]:
     name="eval-humaneval",
     modules=("forge.evals.humaneval", "forge.code.sandbox", "forge.generation.transformers_backend"),
 )
-def humaneval_task(*, ctx: StageContext, model: Checkpoint, cfg: HumanEvalConfig) -> EvalReport:
+def humaneval_task(*, ctx: StageContext, model: Checkpoint, cfg: HumanEvalConfig, generation: GenerationConfig
+                   ) -> EvalReport:
     """Generate one greedy completion per problem, judge it in the sandbox, log per-problem rows + summary."""
     from forge.evals.humaneval import evaluate_completions, generate_completions, load_problems
-    from forge.generation import get_backend
+    from forge.generation import local_backend
 
     problems = load_problems(cfg.limit)
     with ctx.start_run("eval-humaneval", _tags("humaneval", model)) as run:
-        backend = get_backend("transformers", model=model.model_dir, batch_size=cfg.batch_size)
+        backend = local_backend(generation, model.model_dir, batch_size=cfg.batch_size)
         completions = generate_completions(backend, problems, cfg, temperature=0.0)
         report = evaluate_completions(problems, completions, cfg)
         metrics = {"humaneval_pass_at_1": report.pass_at_1, "humaneval_passed": float(report.passed),
@@ -62,13 +63,14 @@ def humaneval_task(*, ctx: StageContext, model: Checkpoint, cfg: HumanEvalConfig
     name="eval-code-suite",
     modules=("forge.evals.code", "forge.code.judge", "forge.code.runner", "forge.generation.transformers_backend"),
 )
-def code_suite_task(*, ctx: StageContext, model: Checkpoint, cfg: CodeSuiteConfig) -> EvalReport:
+def code_suite_task(*, ctx: StageContext, model: Checkpoint, cfg: CodeSuiteConfig, generation: GenerationConfig
+                    ) -> EvalReport:
     """Greedy answers to MBPP + Forge's problems (and HumanEval when listed), pass@1 on Forge's judge."""
     from forge.evals.code import evaluate_code_suite
-    from forge.generation import get_backend
+    from forge.generation import local_backend
 
     with ctx.start_run("eval-code", _tags("code", model)) as run:
-        backend = get_backend("transformers", model=model.model_dir, batch_size=cfg.batch_size)
+        backend = local_backend(generation, model.model_dir, batch_size=cfg.batch_size)
         report = evaluate_code_suite(backend, cfg)
         metrics = report.metrics()
         items = [{"id": r["problem_id"], "source": r["source"], "score": float(r["solved"]), **r}
@@ -79,17 +81,17 @@ def code_suite_task(*, ctx: StageContext, model: Checkpoint, cfg: CodeSuiteConfi
 
 @cached_task(name="eval-suite", modules=("forge.evals.suites", "forge.generation.transformers_backend",
                                          "forge.training.pairwise_rm", "forge.search.evaluation"))
-def eval_suite_task(*, ctx: StageContext, model: Checkpoint, suite: str, cfg: SuiteConfig, seed: int = 0,
-                    judge: Checkpoint | None = None) -> EvalReport:
+def eval_suite_task(*, ctx: StageContext, model: Checkpoint, suite: str, cfg: SuiteConfig,
+                    generation: GenerationConfig, seed: int = 0, judge: Checkpoint | None = None) -> EvalReport:
     """Run one model-run suite (math, science, tool_use, alignment, deep_search) on ``model``; alignment needs
     ``judge``, the pair-wise RM that decides each model-vs-reference pair."""
-    from forge.generation import get_backend
+    from forge.generation import local_backend
     from forge.workspace import Workspace
 
     ws = Workspace.from_env()
     tags = _tags(suite, model) | ({JUDGE_TAG: judge.ref} if judge is not None else {})
     with ctx.start_run(f"eval-{suite}", tags) as run:
-        backend = get_backend("transformers", model=model.model_dir, batch_size=cfg.batch_size)
+        backend = local_backend(generation, model.model_dir, batch_size=cfg.batch_size)
         report = run_model_suite(suite, backend, cfg, ws.corpora, ws=ws, seed=seed, judge=judge)
         metrics = {**report.metrics, f"{suite}_seconds": round(report.seconds, 1)}
         _record(model, suite, run.info.run_id, metrics, report.rows)

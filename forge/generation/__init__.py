@@ -52,16 +52,27 @@ def get_backend(name: str, **kwargs: Any) -> GenerationBackend:
     return cls(**kwargs)
 
 
-def local_backend(generation: GenerationConfig, model_dir: str) -> GenerationBackend:
-    """A local checkpoint's backend under the profile's ``generation`` settings: vLLM, sized by every
-    ``generation.vllm`` setting, when the profile generates with vLLM; else transformers (an HTTP endpoint serves
-    its own model, not this checkpoint)."""
+def backend_choice(generation: GenerationConfig, use: str = "local") -> tuple[str, str]:
+    """The backend :func:`local_backend` (``use='local'``) or :func:`teacher_or_local` (``'teacher'``) builds under
+    these settings, and its settings in words (what ``forge plan`` shows)."""
+    if use == "teacher" and generation.openai_base_url:
+        return "openai", f"{generation.openai_model} at {generation.openai_base_url}"
     if generation.backend == "vllm":
+        v = generation.vllm
+        return "vllm", f"tp {v.tensor_parallel_size}, {v.gpu_memory_utilization:.0%} memory, {v.max_model_len:,} tok"
+    return "transformers", ""
+
+
+def local_backend(generation: GenerationConfig, model_dir: str, batch_size: int | None = None) -> GenerationBackend:
+    """A local checkpoint's backend under the profile's ``generation`` settings: vLLM, sized by every
+    ``generation.vllm`` setting, when the profile generates with vLLM; else transformers, ``batch_size`` prompts at a
+    time where given (vLLM schedules its own batches; an HTTP endpoint serves its own model, not this checkpoint)."""
+    if backend_choice(generation)[0] == "vllm":
         v = generation.vllm
         return get_backend("vllm", model=model_dir, tensor_parallel_size=v.tensor_parallel_size,
                            gpu_memory_utilization=v.gpu_memory_utilization, max_model_len=v.max_model_len,
                            dtype=v.dtype)
-    return get_backend("transformers", model=model_dir)
+    return get_backend("transformers", model=model_dir, **({"batch_size": batch_size} if batch_size else {}))
 
 
 def endpoint_backend(base_url: str, model: str) -> GenerationBackend:
@@ -81,5 +92,5 @@ def teacher_or_local(generation: GenerationConfig, model_dir: str) -> Generation
     return local_backend(generation, model_dir)
 
 
-__all__ = ["BACKENDS", "GenerationBackend", "endpoint_backend", "get_backend", "local_backend",
+__all__ = ["BACKENDS", "GenerationBackend", "backend_choice", "endpoint_backend", "get_backend", "local_backend",
            "teacher_or_local"]
