@@ -52,8 +52,8 @@ class BaseModelConfig(Strict):
     )
     hub_id: str = Field("Nanbeige/Nanbeige4-3B-Base", description="Base checkpoint when source='hub' (§2.1.1).")
     allow_hub_download: bool = Field(
-        False, description="source='hub' may fetch hub_id from huggingface.co when the cache lacks it. Off by default: "
-        "Forge reaches no hub unless a profile says so (the tiny and CI profiles never do).")
+        False, description="source='hub' may fetch hub_id from huggingface.co when the cache lacks it. Off by "
+        "default: Forge reaches no hub unless a profile says so (the tiny and CI profiles never do).")
     local_path: str | None = Field(
         None, description="source='local': a save_pretrained directory (config.json, weights, tokenizer files).")
     tokenizer: TokenizerConfig = TokenizerConfig()
@@ -116,10 +116,41 @@ class DomainShares(Strict):
         return {d: v / total for d, v in raw.items()}
 
 
+class SourceConfig(Strict):
+    """An external dataset feeding one domain's pool: your own SFT data (forge/data/sources.py)."""
+
+    path: str = Field(min_length=1, description="A file or a folder of them, local or an fsspec URL (s3://, gs://).")
+    format: Literal["auto", "jsonl", "parquet", "hf_disk"] = Field(
+        "auto", description="jsonl (.gz too), parquet, or hf_disk (a datasets save_to_disk folder); auto: by suffix.")
+    fields: dict[str, str] = Field(
+        description="Forge's chat fields → the source's columns: messages (a list of turns), or prompt and "
+        "response; system optional.")
+    licence: str = Field(
+        min_length=1, description="The data's licence, recorded with the pools (data/pools/sources.json).")
+    name: str | None = Field(None, description="The rows' source label (default: the path).")
+    max_rows: int | None = Field(None, ge=1, description="First N records only (None = all).")
+
+    @model_validator(mode="after")
+    def _mapping(self) -> SourceConfig:
+        unknown = set(self.fields) - {"messages", "prompt", "response", "system"}
+        if unknown:
+            raise ValueError(f"fields: unknown chat field(s) {', '.join(sorted(unknown))} (messages, prompt, "
+                             "response, system)")
+        if "messages" not in self.fields and not {"prompt", "response"} <= set(self.fields):
+            raise ValueError("fields: map either messages, or prompt and response, to the source's columns")
+        return self
+
+
+DomainName = Literal["code", "deep_search", "stem", "tool_use", "general"]
+
+
 class PoolsConfig(Strict):
-    """How many rows each per-domain pool draws from corpora/ (the mix then samples by tokens)."""
+    """How many rows each per-domain pool draws from corpora/ (the mix then samples by tokens), and the external
+    sources that join them."""
 
     max_rows_per_source: int = Field(2000, ge=10, description="Cap on rows taken from any one corpus file.")
+    sources: dict[DomainName, list[SourceConfig]] = Field(
+        default_factory=dict, description="Your own data, by domain: rows added to corpora/'s in that pool.")
     seed: int = 0
 
 
@@ -407,9 +438,9 @@ class TrainingRuntimeConfig(Strict):
         "False takes the same values from the logits: on 2 CPU cores at the tiny 4k vocabulary SFT steps 1.4x and "
         "GRPO steps 1.3x faster (bench/sft_lm_head.py).")
     num_processes: int = Field(
-        1, ge=1, description="Processes per training stage. Above 1 every launched stage (SFT, the reward models) runs "
-        "under `accelerate launch` as a child of its task (forge/training/launch.py): one per GPU, or CPU ranks over "
-        "gloo.")
+        1, ge=1, description="Processes per training stage. Above 1 every launched stage (SFT, the reward models) "
+        "runs under `accelerate launch` as a child of its task (forge/training/launch.py): one per GPU, or CPU ranks "
+        "over gloo.")
     accelerate_config: str | None = Field(
         None, description="An accelerate config the launched stages use: a name under infra/accelerate/ (fsdp, "
         "zero3) or a path. Setting it launches the stages even with num_processes 1.")

@@ -22,9 +22,20 @@ def digest_corpora() -> str:
     return tree_digest(Workspace.from_env().corpora)
 
 
-@cached_task(name="build-pools", modules=("forge.data.pools", "forge.data.corpora", "forge.data.schemas"))
-def build_pools_task(*, cfg: PoolsConfig, corpora: str) -> Pools:
-    """Per-domain pools (and the side sets: preferences, code problems, multi-hop questions) from corpora/."""
+@task(name="digest-sources")
+def digest_sources(cfg: PoolsConfig) -> str:
+    """A digest of the profile's own sources (file sizes and times, forge/data/sources.py): with the corpora's, the
+    cache key of the pools. Empty without sources."""
+    from forge.data.sources import sources_digest
+
+    return sources_digest(cfg.sources) if cfg.sources else ""
+
+
+@cached_task(name="build-pools", modules=("forge.data.pools", "forge.data.corpora", "forge.data.schemas",
+                                          "forge.data.sources"))
+def build_pools_task(*, cfg: PoolsConfig, corpora: str, sources: str = "") -> Pools:
+    """Per-domain pools (and the side sets: preferences, code problems, multi-hop questions) from corpora/, with the
+    profile's own sources (``pools.sources``) added to their domains."""
     from forge.data.pools import build_pools
 
     files = {name: str(path) for name, path in build_pools(Workspace.from_env(), cfg).items()}

@@ -200,8 +200,9 @@ def _take(items: Iterable, cap: int) -> list:
     return list(items)[:cap]
 
 
-def build_pool_rows(corpora: Path, cfg: PoolsConfig) -> tuple[dict[str, PoolBuilder], dict[str, int]]:
-    """Every pool and side set in memory (no writes): builders by output name, plus counts for reporting."""
+def build_pool_rows(corpora: Path, cfg: PoolsConfig) -> tuple[dict[str, PoolBuilder], dict]:
+    """Every pool and side set in memory (no writes): builders by output name, and a report: rows per pool
+    (``rows``) and what each of the profile's own sources gave (``sources``: licence, rows kept, records refused)."""
     cap, seed = cfg.max_rows_per_source, cfg.seed
     guard = C.LeakGuard.from_corpora(corpora)
     out = {name: PoolBuilder(name, guard) for name in (*DOMAINS, "preferences", "code_problems", "search_qa")}
@@ -244,8 +245,31 @@ def build_pool_rows(corpora: Path, cfg: PoolsConfig) -> tuple[dict[str, PoolBuil
         out["general"].add(lambda p=pair, i=i: hh_chat(p, i), f"{HH}:{i}", chat_text)
 
     _deep_search(corpora, cfg, out)
-    counts = {name: len(b.rows) for name, b in out.items()}
-    return out, counts
+    sources = _external(cfg, out)
+    return out, {"rows": {name: len(b.rows) for name, b in out.items()}, "sources": sources}
+
+
+def _external(cfg: PoolsConfig, out: dict[str, PoolBuilder]) -> list[dict]:
+    """The profile's own sources (forge/data/sources.py) into their domains' pools; a record that is not JSON, does
+    not map or does not validate goes to the pool's quarantine with its file and record number. Returns per source
+    what it gave, for data/pools/sources.json."""
+    from forge.data.sources import iter_records, to_chat_sample
+
+    report = []
+    for domain, sources in cfg.sources.items():
+        for src in sources:
+            pool, rows_before, bad_before = out[domain], len(out[domain].rows), len(out[domain].bad)
+            for n, (file, i, record) in enumerate(iter_records(src), 1):
+                if src.max_rows and n > src.max_rows:
+                    break
+                where = f"{file}:{i}"
+                if isinstance(record, Exception):
+                    pool.bad.append({"where": where, "reason": [str(record)]})
+                    continue
+                pool.add(lambda r=record, w=where, s=src, d=domain: to_chat_sample(r, s, d, w), where, chat_text)
+            report.append({"name": src.name or src.path, "path": src.path, "domain": domain, "licence": src.licence,
+                           "rows": len(pool.rows) - rows_before, "bad": len(pool.bad) - bad_before})
+    return report
 
 
 def _chat(domain: str, source: str, parent: str, tools, messages: list[Message] | None) -> ChatSample | None:
@@ -309,7 +333,14 @@ def humaneval_problem(prob: dict) -> CodeProblem:
 
 def build_pools(ws: Workspace, cfg: PoolsConfig) -> dict[str, Path]:
     """Write every pool to ``ws.pools/<name>.jsonl`` atomically; returns name → path."""
-    builders, _ = build_pool_rows(ws.corpora, cfg)
+    builders, report = build_pool_rows(ws.corpora, cfg)
+    # The profile's own sources, with their licences and counts, versioned with the data they gave (only when
+    # there are any: a profile without sources writes exactly the files it always did).
+    listing = ws.pools / "sources.json"
+    if report["sources"]:
+        atomic_write_text(listing, json.dumps(report["sources"], indent=1, ensure_ascii=False) + "\n")
+    else:
+        listing.unlink(missing_ok=True)
     paths = {}
     for name, b in builders.items():
         paths[name] = ws.pools / f"{name}.jsonl"
