@@ -4,9 +4,10 @@ One row per recipe stage, in the recipe's order (flows/recipe.py): how its train
 under ``accelerate launch``), on what and in which precision, what generates its samples, what it reads. Each entry
 comes from the settings and the functions the stages themselves use (``forge.training.launch.is_launched``,
 ``forge.generation.backend_choice``), and the rows follow the flows' own conditions (code RL, deep search and
-refinement on or off: a test keeps them in step), so the plan says what a run would do. ``cpu_only`` lists the choices in a row that only make
-sense on a machine without GPUs (fp32 training, HF ``generate`` rollouts, a base built from ``corpora/``): the GPU
-profile must have none (tests/test_plan.py).
+refinement on or off), and each row is named as the run names its stage: tests/flows/test_recipe.py checks that
+the plan of the CI profile lists exactly the stages its run records. ``cpu_only`` lists the choices in a row that
+only make sense on a machine without GPUs (fp32 training, HF ``generate`` rollouts, a base built from ``corpora/``):
+the GPU profile must have none (tests/test_plan.py).
 """
 
 from __future__ import annotations
@@ -95,8 +96,11 @@ def recipe_plan(cfg: RecipeConfig) -> list[StagePlan]:
         add("base", None, data=b.local_path if b.source == "local" else f"{b.hub_id} (HF cache, {fetch})", where="—")
     add("pools", None, data=f"corpora/ (≤ {cfg.pools.max_rows_per_source:,} rows per source)")
     if cfg.deep_search.enabled:
-        add("deep-search", None, data=f"{cfg.deep_search.num_questions} graph-walk questions, agents "
-            f"{', '.join(cfg.deep_search.agents)}")
+        ds = cfg.deep_search
+        for i in range(ds.num_shards):
+            add(f"search-shard-{i + 1}-of-{ds.num_shards}", None,
+                data=f"a shard of {ds.num_questions} graph-walk questions, agents {', '.join(ds.agents)}")
+        add("search-merge", None, data="the shards' trajectories into deep_search / tool_use")
     if cfg.code_rl.enabled and cfg.code_rl.drills.sft_per_op:
         add("code-drills", None, data="generated drills (forge/code/problems/drills.py)")
     add("mix", None, data=f"{cfg.mix.name}: {cfg.mix.total_tokens:,} tokens")
@@ -104,9 +108,11 @@ def recipe_plan(cfg: RecipeConfig) -> list[StagePlan]:
         add("solution-refinement", None, backend=teacher, flags=teacher_flags, where="generation",
             data=f"{cfg.refinement.items} mix answers, ≤ {cfg.sft.solution_refinement_iterations} rounds")
         add("cot-reconstruction", None, backend=teacher, flags=teacher_flags, where="generation")
+        add("refined-mix", None, data="the mix with the refined rows in place")
     add("dvc", None, data="data/ (md5 in data.dvc)")
-    for stage in cfg.sft.curriculum:
-        add(f"sft/{stage.name}", "sft", data=f"mix, {stage.max_length:,}-token rows")
+    for i, stage in enumerate(cfg.sft.curriculum):
+        add(f"sft-{i + 1}-{stage.name}", "sft", data=f"mix, {stage.max_length:,}-token rows")
+    add("register-policy", None, data="the MLflow registry")
     add("rm-pointwise", "rm-pointwise", backend=local, flags=local_flags, data="HH-RLHF + forge pairs")
     add("grpo-pointwise", "grpo", *_grpo_row(cfg, cfg.pointwise_rl.grpo))
     add("rm-pairwise", "rm-pairwise", backend=f"strong: {teacher}; weak: {local}",
@@ -121,8 +127,10 @@ def recipe_plan(cfg: RecipeConfig) -> list[StagePlan]:
             add(f"code-rl-stage{n}", "grpo", *_grpo_row(cfg, getattr(cfg.code_rl, f"stage{n}")))
     add("agentic-rl", "agentic", backend="the policy itself (forge/training/agentic.py)",
         data=f"{cfg.agentic_rl.questions} held-out questions, ≤ {cfg.agentic_rl.max_tool_calls} tool calls")
-    suites = [name for name in type(cfg.eval).model_fields if name != "heldout_rows"]
-    add("evaluation", None, backend=local, flags=local_flags, where="generation + sandbox", data=", ".join(suites))
+    for suite in (name for name in type(cfg.eval).model_fields if name != "heldout_rows"):  # flows/evaluate.py
+        add(f"eval-{suite}", None, backend=local, flags=local_flags, where="generation" + (
+            " + sandbox" if suite in ("humaneval", "code") else ""), data=f"eval.{suite}")
+    add("eval-report", None, data="the suites' runs")
     add("promote", None, data="the MLflow registry")
     return rows
 

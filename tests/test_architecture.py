@@ -31,7 +31,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
     "flows": ("flows",),
     # Entry points: the command line and the dashboard compose every room below them.
     "entry": ("forge.cli", "forge.data.cli", "forge.code.cli", "forge.review.cli", "forge.search.cli", "forge.evals.cli",
-              "dashboards"),
+              "forge.plan", "dashboards"),
 }
 LIBRARY = {"core", "records", "chat", "generation", "data", "code", "review", "search", "training", "evals"}
 MAY_IMPORT: dict[str, set[str]] = {

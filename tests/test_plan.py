@@ -21,11 +21,11 @@ def _by_stage(profile: str, overrides: dict | None = None) -> dict:
 def test_the_gpu_profile_makes_no_cpu_only_choice():
     plan = _by_stage("nanbeige-4.1-3b")
     assert not [(s, r.cpu_only) for s, r in plan.items() if r.cpu_only]
-    assert plan["sft/ctx-256k"].launcher == "accelerate launch ×8 (fsdp)"
-    assert "bf16" in plan["sft/ctx-256k"].compute and plan["base"].data.startswith("Nanbeige/Nanbeige4-3B-Base")
+    assert plan["sft-3-ctx-256k"].launcher == "accelerate launch ×8 (fsdp)"
+    assert "bf16" in plan["sft-3-ctx-256k"].compute and plan["base"].data.startswith("Nanbeige/Nanbeige4-3B-Base")
     for stage in ("grpo-pointwise", "grpo-pairwise", "code-rl-stage1", "code-rl-stage2"):
         assert plan[stage].backend.startswith("TRL + vLLM"), stage
-    assert plan["evaluation"].backend.startswith("vllm")
+    assert plan["eval-math"].backend.startswith("vllm")
     # What is not built yet is said, not hidden: GRPO and agentic RL do not go through the launcher.
     assert "not launchable yet" in plan["grpo-pointwise"].launcher
 
@@ -34,15 +34,15 @@ def test_the_tiny_profile_is_planned_as_the_cpu_rehearsal_it_is():
     plan = _by_stage("tiny")
     flags = {f for r in plan.values() for f in r.cpu_only}
     assert any("fp32" in f for f in flags) and any("HF generate" in f for f in flags)
-    assert "pretrain" in plan and "base" not in plan and plan["sft/ctx-256"].launcher == "task process"
-    assert list(plan)[-2:] == ["evaluation", "promote"]
+    assert "pretrain" in plan and "base" not in plan and plan["sft-1-ctx-256"].launcher == "task process"
+    assert list(plan)[-2:] == ["eval-report", "promote"] and "eval-humaneval" in plan
 
 
 def test_the_plan_follows_the_profile_and_its_overrides():
     plan = _by_stage("tiny", {"code_rl.enabled": False, "runtime.num_processes": 2, "generation.backend": "vllm"})
     assert not any(s.startswith("code-rl") for s in plan)
-    assert plan["sft/ctx-256"].launcher == "accelerate launch ×2" and plan["rm-pointwise"].launcher.startswith("acc")
-    assert plan["evaluation"].backend.startswith("vllm") and "HF generate" not in " ".join(plan["evaluation"].cpu_only)
+    assert plan["sft-1-ctx-256"].launcher == "accelerate launch ×2" and plan["rm-pointwise"].launcher.startswith("acc")
+    assert plan["eval-math"].backend.startswith("vllm") and "HF generate" not in " ".join(plan["eval-math"].cpu_only)
 
 
 def test_forge_plan_prints_it_without_running_anything(tmp_path):

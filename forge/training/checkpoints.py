@@ -150,7 +150,7 @@ class ResumableTraining:
 
 
 class _KeepFirstEvaluation(TrainerCallback):
-    """The first evaluation of a ``train()`` (``eval_on_start``), kept by :meth:`ResumableTraining.evaluate_at_start`."""
+    """The first evaluation of a ``train()`` (``eval_on_start``), kept by ``ResumableTraining.evaluate_at_start``."""
 
     def __init__(self, run: ResumableTraining, key: str, counting: Callable[[bool], None] | None) -> None:
         self.run, self.key, self.counting, self.done = run, key, counting, False

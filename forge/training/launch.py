@@ -113,7 +113,7 @@ def assert_replicas_agree(model) -> None:
 
 
 def accelerate_config_path(name: str) -> Path:
-    """``runtime.accelerate_config`` as a file: a path, or a name under ``infra/accelerate/`` (``fsdp`` → fsdp.yaml)."""
+    """``runtime.accelerate_config`` as a file: a path, or a name under ``infra/accelerate/`` (fsdp → fsdp.yaml)."""
     path = Path(name)
     if not path.suffix:
         path = REPO_ROOT / "infra" / "accelerate" / f"{name}.yaml"
@@ -133,8 +133,6 @@ def _free_port() -> int:
 
 def launch_command(runtime: TrainingRuntimeConfig, job_dir: Path) -> list[str]:
     """The ``accelerate launch`` command line for one job (every setting explicit, so accelerate warns of none)."""
-    import torch
-
     n = runtime.num_processes
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(n), "--num_machines", "1",
            "--main_process_port", str(_free_port()), "--dynamo_backend", "no",
@@ -144,10 +142,16 @@ def launch_command(runtime: TrainingRuntimeConfig, job_dir: Path) -> list[str]:
     elif n > 1:
         # torch elastic's launcher for N processes; without CUDA the Trainer (use_cpu) joins them over gloo.
         cmd += ["--multi_gpu"]
-    if not torch.cuda.is_available():
+    if not _cuda():
         # Split the cores between the ranks instead of letting each take them all.
         cmd += ["--num_cpu_threads_per_process", str(max(1, (os.cpu_count() or 1) // n))]
     return [*cmd, "-m", "forge.training.launch", str(job_dir)]
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def job_dir_for(out_dir: Path) -> Path:
@@ -174,6 +178,11 @@ def run_training(
         pickle.dump({"fn": f"{fn.__module__}:{fn.__qualname__}", "kwargs": {**kwargs, "runtime": runtime,
                                                                              "out_dir": Path(out_dir)}}, f)
     cmd = launch_command(runtime, job)
+    if runtime.accelerate_config and not _cuda():
+        # Measured: with infra/accelerate/fsdp.yaml on 2 CPU ranks the Trainer (use_cpu) builds a MULTI_CPU
+        # accelerator and wraps the model in DDP; the sharding settings are not applied.
+        logger.warning("%s: no GPU here, so the ranks run plain data parallelism over gloo; the sharding of %s "
+                       "applies on GPUs only", fn.__name__, runtime.accelerate_config)
     logger.info("%s: launching %d process(es): %s", fn.__name__, runtime.num_processes, " ".join(cmd[1:]))
     forwarded = 0
 

@@ -120,6 +120,17 @@ def test_second_run_trains_nothing(scenario):
     assert scenario["third_s"] < scenario["second_s"]
 
 
+def test_the_plan_lists_exactly_the_stages_the_run_ran(scenario):
+    """`forge plan` (forge/plan.py) names what a run will do; the CI profile's run is the check that it does."""
+    from forge.config import load_profile
+    from forge.plan import recipe_plan
+
+    planned = [row.stage for row in recipe_plan(load_profile(PROFILE))]
+    assert sorted(planned) == sorted(scenario["third"]["stages"])
+    launched = [row.stage for row in recipe_plan(load_profile(PROFILE)) if row.launcher.startswith("accelerate")]
+    assert "sft-1-ctx-128" in launched and "rm-pairwise" in launched  # the CI profile launches 2 ranks
+
+
 def test_champion_loads_and_generates(scenario):
     code = (
         "from registry.models import load_model\n"
