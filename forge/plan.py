@@ -65,13 +65,6 @@ def _backend(cfg: RecipeConfig, use: str = "local") -> tuple[str, list[str]]:
     return f"{name} {settings}".strip(), flags
 
 
-def _grpo(cfg: RecipeConfig, settings) -> tuple[str, list[str]]:
-    if settings.use_vllm:
-        v = cfg.generation.vllm
-        return f"TRL + vLLM ({v.trl_mode}, tp {v.tensor_parallel_size}, {v.gpu_memory_utilization:.0%} memory)", []
-    return "TRL, HF generate", ["GRPO rollouts by HF generate (grpo.use_vllm false)"]
-
-
 def recipe_plan(cfg: RecipeConfig) -> list[StagePlan]:
     """Every stage a run of ``cfg`` would start, in order (the cached ones included)."""
     compute, train_flags = _training(cfg)
@@ -136,5 +129,10 @@ def recipe_plan(cfg: RecipeConfig) -> list[StagePlan]:
 
 
 def _grpo_row(cfg: RecipeConfig, settings) -> tuple[str, str, list[str]]:
-    backend, flags = _grpo(cfg, settings)
-    return backend, f"≤ {settings.max_prompts} prompts × {settings.num_generations} rollouts", flags
+    """A GRPO stage's backend, data and CPU-only choices."""
+    data = f"≤ {settings.max_prompts} prompts × {settings.num_generations} rollouts"
+    if settings.use_vllm:
+        v = cfg.generation.vllm
+        backend = f"TRL + vLLM ({v.trl_mode}, tp {v.tensor_parallel_size}, {v.gpu_memory_utilization:.0%} memory)"
+        return backend, data, []
+    return "TRL, HF generate", data, ["GRPO rollouts by HF generate (grpo.use_vllm false)"]

@@ -42,14 +42,16 @@ class SourceError(ValueError):
     """A source that cannot be read at all (missing, unknown format): names the path and what to do."""
 
 
+SUFFIXES = {"jsonl": (".jsonl", ".jsonl.gz", ".json.gz", ".ndjson"), "parquet": (".parquet",)}
+
+
 def _format(path: str, fmt: str) -> str:
     if fmt != "auto":
         return fmt
     name = path.rstrip("/").lower()
-    if name.endswith((".jsonl", ".jsonl.gz", ".json.gz", ".ndjson")):
-        return "jsonl"
-    if name.endswith(".parquet"):
-        return "parquet"
+    for known, suffixes in SUFFIXES.items():
+        if name.endswith(suffixes):
+            return known
     raise SourceError(f"{path}: cannot tell its format from the name; set format: jsonl, parquet or hf_disk")
 
 
@@ -59,7 +61,7 @@ def _files(fs, path: str, fmt: str) -> list[str]:
         raise SourceError(f"{path}: no such file or folder")
     if not fs.isdir(path):
         return [path]
-    suffixes = {"jsonl": (".jsonl", ".jsonl.gz", ".json.gz", ".ndjson"), "parquet": (".parquet",)}[fmt]
+    suffixes = SUFFIXES[fmt]
     found = sorted(p for p in fs.find(path) if p.lower().endswith(suffixes))
     if not found:
         raise SourceError(f"{path}: a folder with no {' / '.join(suffixes)} files")

@@ -89,23 +89,23 @@ class ResumableTraining:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.resume = find_resume_checkpoint(self.work_dir)
         self.resumed_from_step = checkpoint_step(self.resume)
-        self._kept: set[str] = set()
+        self._kept: dict[str, float] = {}
 
     def saved(self, key: str) -> float | None:
-        """A figure this run kept in its work dir, when it resumes a killed run that had measured it (else None)."""
+        """A figure this run kept, or the run it resumes had kept in its work dir (else None)."""
+        if key in self._kept:
+            return self._kept[key]
         path = self.work_dir / STATE_FILE
-        saved = json.loads(path.read_text()) if path.exists() else {}
-        return saved.get(key) if self.resume or key in self._kept else None
+        return json.loads(path.read_text()).get(key) if self.resume and path.exists() else None
 
     def keep(self, key: str, value: float) -> float:
         """Keep ``value`` as ``key`` in the work dir (rank 0 writes), for a resumed run to read back."""
-        path = self.work_dir / STATE_FILE
-        saved = json.loads(path.read_text()) if path.exists() else {}
-        saved[key] = float(value)
-        self._kept.add(key)
+        self._kept[key] = float(value)
         if is_main_process():
-            path.write_text(json.dumps(saved))
-        return float(value)
+            path = self.work_dir / STATE_FILE
+            saved = json.loads(path.read_text()) if path.exists() else {}
+            path.write_text(json.dumps({**saved, key: self._kept[key]}))
+        return self._kept[key]
 
     def once(self, key: str, measure: Callable[[], float]) -> float:
         """``measure()`` the first time; the value kept in the work dir when this call resumes a killed run (whose

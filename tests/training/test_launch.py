@@ -105,7 +105,8 @@ def test_a_killed_launch_stops_its_ranks_and_resumes_from_the_checkpoint(kill, t
         assert time.monotonic() < deadline, "no checkpoint within 4 minutes"
         time.sleep(0.5)
     job = job_dir_for(out)
-    assert len(_ranks_of(job)) >= 2
+    ranks = _ranks_of(job)
+    assert len(ranks) >= 2
     # The task's process dies at once, as under an OOM kill; or its whole process group does, launcher included (as
     # `forge run` killed from the terminal). torch elastic puts each rank in a session of its own: neither reaches
     # the ranks directly.
@@ -114,10 +115,8 @@ def test_a_killed_launch_stops_its_ranks_and_resumes_from_the_checkpoint(kill, t
     else:
         os.killpg(task.pid, signal.SIGKILL)
     task.wait()
-    deadline = time.monotonic() + 60
-    while _ranks_of(job):
-        assert time.monotonic() < deadline, f"ranks still running a minute after their task died: {_ranks_of(job)}"
-        time.sleep(0.5)
+    _, alive = psutil.wait_procs(ranks, timeout=60)
+    assert not alive, f"ranks still running a minute after their task died: {alive}"
     assert not out.exists()
 
     result = run_training(run_sft_stage, TWO, out, **call)
