@@ -438,9 +438,9 @@ class TrainingRuntimeConfig(Strict):
         "False takes the same values from the logits: on 2 CPU cores at the tiny 4k vocabulary SFT steps 1.4x and "
         "GRPO steps 1.3x faster (bench/sft_lm_head.py).")
     num_processes: int = Field(
-        1, ge=1, description="Processes per training stage. Above 1 every launched stage (SFT, the reward models) "
-        "runs under `accelerate launch` as a child of its task (forge/training/launch.py): one per GPU, or CPU ranks "
-        "over gloo.")
+        1, ge=1, description="Processes per training stage. Above 1 every training stage but the tiny base's "
+        "pre-training (SFT, the reward models, GRPO, code RL, agentic RL) runs under `accelerate launch` as a child "
+        "of its task (forge/training/launch.py): one per GPU, or CPU ranks over gloo.")
     accelerate_config: str | None = Field(
         None, description="An accelerate config the launched stages use: a name under infra/accelerate/ (fsdp, "
         "zero3) or a path. Setting it launches the stages even with num_processes 1.")

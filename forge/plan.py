@@ -18,8 +18,9 @@ from forge.config import RecipeConfig
 from forge.generation import backend_choice
 from forge.training.launch import is_launched
 
-# The stages that go through forge.training.launch.run_training (tasks/training.py, tasks/rl.py, tasks/code.py).
-LAUNCHABLE = {"sft", "rm-pointwise", "rm-pairwise", "code-warmup"}
+# The stages that go through forge.training.launch.run_training (tasks/training.py, tasks/rl.py, tasks/code.py,
+# tasks/agentic.py): all but the tiny profile's pre-training.
+LAUNCHABLE = {"sft", "rm-pointwise", "rm-pairwise", "code-warmup", "grpo", "agentic"}
 # The stages whose trainers read runtime.fused_lm_head (forge/training/sft.py, forge/training/grpo.py).
 _FUSED_HEAD = {"sft", "grpo", "code-warmup"}
 FUSED_HEAD_FLAG = "logits loss instead of TRL's fused LM head (runtime.fused_lm_head false: a CPU speed-up)"
@@ -38,10 +39,13 @@ class StagePlan:
 def _launcher(cfg: RecipeConfig, kind: str) -> str:
     rt = cfg.runtime
     if kind not in LAUNCHABLE:
-        return "task process" + (" (not launchable yet: docs/scale.md)" if is_launched(rt) else "")
+        return "task process" + (" (pre-training is never launched: docs/scale.md)" if is_launched(rt) else "")
     if not is_launched(rt):
         return "task process"
-    return f"accelerate launch ×{rt.num_processes}" + (f" ({rt.accelerate_config})" if rt.accelerate_config else "")
+    launcher = f"accelerate launch ×{rt.num_processes}"
+    if rt.accelerate_config and kind == "agentic":  # its own loop: data parallel over whole replicas
+        return f"{launcher} (whole replicas: the agentic loop does not shard)"
+    return launcher + (f" ({rt.accelerate_config})" if rt.accelerate_config else "")
 
 
 def _training(cfg: RecipeConfig) -> tuple[str, list[str]]:

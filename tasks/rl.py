@@ -139,6 +139,7 @@ def grpo_task(
 
     from forge.data.mix import read_mix
     from forge.training.grpo import run_grpo
+    from forge.training.launch import run_training
     from forge.training.pairs import build_rl_prompts
     from forge.training.sft import heldout_chat_loss
     from registry.models import register_checkpoint
@@ -156,8 +157,9 @@ def grpo_task(
         log_config(cfg)
         mlflow.log_param("prompts", len(prompts))
         reward = _reward(cfg, rm, tokenizer, runtime.bf16)
-        result = run_grpo(Path(policy.model_dir), prompts, [reward], cfg.grpo, runtime, out, seed=seed, stage=stage,
-                          generation=generation, log_metrics=metrics_logger())
+        result = run_training(run_grpo, runtime, out, log_metrics=metrics_logger(), policy_dir=Path(policy.model_dir),
+                              prompts=prompts, reward_funcs=[reward], settings=cfg.grpo, seed=seed, stage=stage,
+                              generation=generation)
         for key, label in ROLLOUT_CURVES.items():
             steps, values = result.series(key)
             if values:

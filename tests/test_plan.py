@@ -26,8 +26,9 @@ def test_the_gpu_profile_makes_no_cpu_only_choice():
     for stage in ("grpo-pointwise", "grpo-pairwise", "code-rl-stage1", "code-rl-stage2"):
         assert plan[stage].backend.startswith("TRL + vLLM"), stage
     assert plan["eval-math"].backend.startswith("vllm")
-    # What is not built yet is said, not hidden: GRPO and agentic RL do not go through the launcher.
-    assert "not launchable yet" in plan["grpo-pointwise"].launcher
+    # Every training stage is launched; the agentic loop's ranks hold whole replicas, and the plan says so.
+    assert plan["grpo-pointwise"].launcher == plan["code-rl-stage2"].launcher == "accelerate launch ×8 (fsdp)"
+    assert plan["agentic-rl"].launcher == "accelerate launch ×8 (whole replicas: the agentic loop does not shard)"
 
 
 def test_the_tiny_profile_is_planned_as_the_cpu_rehearsal_it_is():

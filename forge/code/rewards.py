@@ -119,13 +119,16 @@ class CodeRewards:
         return [self._verdicts[k] for k in keys]
 
     def funcs(self) -> list[Callable[..., list[float]]]:
-        """The three parts as TRL reward functions (named for TRL's per-function logs)."""
+        """The three parts as TRL reward functions (named for TRL's per-function logs). They share this object's
+        verdicts, also after pickling to the ranks of a launched stage (forge/training/launch.py)."""
+        return [RewardPart(self, name, attr) for name, attr in self.PARTS]
 
-        def part(name: str, attr: str) -> Callable[..., list[float]]:
-            def reward(prompts, completions, problem_id=None, **kwargs) -> list[float]:
-                return [getattr(p, attr) for p in self.parts(completions, problem_id)]
 
-            reward.__name__ = reward.__qualname__ = name
-            return reward
+class RewardPart:
+    """One part of :class:`CodeRewards` as a TRL reward function: an object rather than a closure, so it pickles."""
 
-        return [part(name, attr) for name, attr in self.PARTS]
+    def __init__(self, rewards: CodeRewards, name: str, attr: str) -> None:
+        self.rewards, self.__name__, self.attr = rewards, name, attr
+
+    def __call__(self, prompts, completions, problem_id=None, **kwargs) -> list[float]:
+        return [getattr(p, self.attr) for p in self.rewards.parts(completions, problem_id)]

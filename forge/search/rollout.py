@@ -231,10 +231,12 @@ class SearchEnvironment:
         start = step * self.questions_per_step
         return [self.order[(start + k) % len(self.order)] for k in range(self.questions_per_step)]
 
-    def rollout(self, policy: AgentPolicy, step: int) -> list[Rollout]:
+    def rollout(self, policy: AgentPolicy, step: int, shard: tuple[int, int] = (0, 1)) -> list[Rollout]:
         """``num_generations`` judged episodes of each of this step's questions (a trajectory's verdicts: one per
-        assistant turn, from :func:`forge.search.critic.judge_trajectory`)."""
-        qas = [qa for qa in self.questions(step) for _ in range(self.num_generations)]
+        assistant turn, from :func:`forge.search.critic.judge_trajectory`). ``shard=(r, n)``: only every n-th
+        question from the r-th (rank r of a launched stage; a question's whole group stays on one rank)."""
+        index, count = shard
+        qas = [qa for qa in self.questions(step)[index::count] for _ in range(self.num_generations)]
         rollouts = run_episodes(policy, qas, self.tools, max_tool_calls=self.max_tool_calls, context=self.context)
         for r, qa in zip(rollouts, qas, strict=True):
             r.trajectory = r.trajectory.model_copy(

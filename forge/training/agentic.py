@@ -25,6 +25,10 @@ Why not TRL 1.16's ``GRPOTrainer(environment_factory=…)`` or its ``rollout_fun
   Forge parses calls in one place (:func:`forge.chat.parse_assistant_text`) and its critic judges the whole
   trajectory before any turn's reward exists.
 
+Under ``accelerate launch`` (forge/training/launch.py) each rank rolls out its share of a step's questions, divides
+its loss by the trained tokens of all ranks and adds its gradients to theirs before the step (not DDP: ranks may run
+different numbers of micro-batches), so 2 ranks take the update one process would (tests/training/test_agentic.py).
+
 A turn is trained on the exact prompt ids it was generated from (the history as shown, cut or not) and the ids it
 generated; consecutive turns whose prompts extend each other token for token are packed into one sequence
 (:func:`pack_turns`), so an uncut episode is one forward pass.
@@ -54,6 +58,17 @@ from forge.config import AgenticRLConfig, TrainingRuntimeConfig
 from forge.data.schemas import SearchTrajectory
 from forge.training.checkpoints import MetricsLogger, apply_runtime, save_atomically, training_device, work_dir_for
 from forge.training.grpo import GRPOResult
+from forge.training.launch import (
+    assert_replicas_agree,
+    barrier,
+    gather_objects,
+    is_main_process,
+    join_process_group,
+    rank,
+    sum_gradients,
+    sum_over_ranks,
+    world_size,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +99,9 @@ class EpisodeLike(Protocol):
 
 
 class Environment(Protocol):
-    def rollout(self, policy: Any, step: int) -> list[EpisodeLike]: ...
+    def rollout(self, policy: Any, step: int, shard: tuple[int, int] = (0, 1)) -> list[EpisodeLike]:
+        """The step's judged episodes; under a launch, rank r of n runs the ``shard=(r, n)`` share of them."""
+        ...
 
 
 class TurnPolicy:
@@ -295,10 +312,12 @@ def update_policy(model: PreTrainedModel, ref_model: PreTrainedModel | None, epi
                   cfg: AgenticRLConfig, optimizer: torch.optim.Optimizer, pad_id: int) -> dict[str, float]:
     """One optimiser step on a batch of judged episodes; returns the loss, KL and packing figures."""
     sequences = build_sequences(episodes, cfg)
-    trained = sum(sum(s.mask) for s in sequences)
-    stats = {"sequences": float(len(sequences)), "trained_tokens": float(trained), "loss": 0.0, "kl": 0.0}
-    if not sequences:
-        return stats  # no trained token carries an advantage: nothing to learn from this batch
+    # Under a launch each rank holds its own episodes: the loss is divided by the token count of all ranks', and
+    # the gradients summed over ranks, so the step is the one a single process would take on the whole batch.
+    n_sequences, trained = sum_over_ranks(float(len(sequences)), float(sum(sum(s.mask) for s in sequences)))
+    stats = {"sequences": n_sequences, "trained_tokens": trained, "loss": 0.0, "kl": 0.0}
+    if not trained:
+        return stats  # no trained token carries an advantage on any rank: nothing to learn from this batch
     sequences.sort(key=lambda s: len(s.ids))  # similar lengths share a micro-batch: less padding
     optimizer.zero_grad(set_to_none=True)
     model.train()
@@ -311,10 +330,12 @@ def update_policy(model: PreTrainedModel, ref_model: PreTrainedModel | None, epi
                 ref = token_logprobs(shared_prefix_logits(ref_model, batch["input_ids"], batch["attention_mask"]),
                                      batch["input_ids"])
         logits = shared_prefix_logits(model, batch["input_ids"], batch["attention_mask"])
-        loss, kl_sum = sequence_loss(logits, batch, float(trained), ref, cfg.beta)
+        loss, kl_sum = sequence_loss(logits, batch, trained, ref, cfg.beta)
         loss.backward()
         stats["loss"] += float(loss.detach())
         stats["kl"] += kl_sum / trained
+    sum_gradients(model)
+    stats["loss"], stats["kl"] = sum_over_ranks(stats["loss"], stats["kl"])
     stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm))
     optimizer.step()
     model.eval()
@@ -329,6 +350,8 @@ def train_agentic(policy_dir: Path, env: Environment, cfg: AgenticRLConfig, runt
     figures)."""
     started = time.monotonic()
     apply_runtime(runtime)
+    join_process_group()  # under `accelerate launch`: rank r runs every n-th question of a step (forge/training/launch.py)
+    shard = (rank(), world_size())
     tokenizer = AutoTokenizer.from_pretrained(policy_dir)
     model = AutoModelForCausalLM.from_pretrained(policy_dir).to(training_device())
     model.config.pad_token_id = tokenizer.pad_token_id
@@ -342,9 +365,10 @@ def train_agentic(policy_dir: Path, env: Environment, cfg: AgenticRLConfig, runt
                         batch_size=cfg.micro_batch_size)
     for step in range(first, cfg.max_steps):
         tick = time.monotonic()
-        torch.manual_seed(seed * 100_003 + step)  # a resumed run samples what the killed one would have
-        episodes = env.rollout(policy, step)
-        record: dict[str, float] = {"step": step + 1, **rollout_metrics(episodes),
+        # A resumed run samples what the killed one would have; each rank its own stream.
+        torch.manual_seed(seed * 100_003 + step + 1_000_003 * shard[0])
+        episodes = env.rollout(policy, step, shard=shard)
+        record: dict[str, float] = {"step": step + 1, **rollout_metrics(gather_objects(episodes)),
                                     "seconds_rollout": time.monotonic() - tick}
         tick = time.monotonic()
         record |= update_policy(model, ref_model, episodes, cfg, optimizer, policy.pad_id)
@@ -355,9 +379,12 @@ def train_agentic(policy_dir: Path, env: Environment, cfg: AgenticRLConfig, runt
                     record["tool_calls"])
         if log_metrics is not None:
             log_metrics({k: v for k, v in record.items() if k != "step"}, step + 1)
-        if (step + 1) % cfg.save_steps == 0 and step + 1 < cfg.max_steps:
+        if (step + 1) % cfg.save_steps == 0 and step + 1 < cfg.max_steps and is_main_process():
             _save_state(work_dir / STATE_FILE, model, optimizer, step + 1, curve)
-    save_atomically(model, tokenizer, Path(out_dir))
-    shutil.rmtree(work_dir, ignore_errors=True)
+    assert_replicas_agree(model)
+    if is_main_process():
+        save_atomically(model, tokenizer, Path(out_dir))
+        shutil.rmtree(work_dir, ignore_errors=True)
+    barrier()
     return GRPOResult(out_dir=Path(out_dir), curve=curve, steps=cfg.max_steps, seconds=time.monotonic() - started,
                       resumed_from_step=first or None)

@@ -215,10 +215,13 @@ def common_trainer_args(work_dir: Path, runtime: TrainingRuntimeConfig, *, seed:
 
 
 def training_device() -> torch.device:
-    """Where a one-process stage computes: the GPU when there is one (as transformers' Trainer chooses), else the
-    CPU. Frozen models beside a trainer (reward models, the agentic reference policy) go there too, so a rollout
-    is never scored on the CPU while the policy trains on the GPU."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """Where this process trains: its GPU when there is one (under ``accelerate launch`` the rank's
+    ``LOCAL_RANK``-th, as transformers' Trainer chooses), else the CPU. Frozen models beside a trainer (reward
+    models, the agentic reference policy) go there too, so a rollout is never scored on the CPU while the policy
+    trains on the GPU, and eight ranks do not all score on GPU 0."""
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
 
 
 def apply_runtime(runtime: TrainingRuntimeConfig) -> None:

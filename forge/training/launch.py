@@ -4,7 +4,8 @@ When the profile's ``runtime.num_processes`` is above 1 or it names ``runtime.ac
 ZeRO-3: ``infra/accelerate/``), :func:`run_training` does not call the training function in this process. It writes
 the call (function, keyword arguments) to a job folder beside the stage's output, starts ``accelerate launch -m
 forge.training.launch <job>``, and every rank runs the same function; the transformers ``Trainer`` inside finds the
-process group (NCCL on GPUs, gloo on CPUs) and shards the batches. Otherwise the function runs here, as before.
+process group (NCCL on GPUs, gloo on CPUs) and shards the batches (a loop without a Trainer, agentic RL's, joins it
+with :func:`join_process_group` and shards its own work). Otherwise the function runs here, as before.
 
 What the parent sees (docs/scale.md, "Launched stages"):
 
@@ -64,6 +65,51 @@ def rank() -> int:
 def is_main_process() -> bool:
     """Rank 0, or no launch at all: the process that writes results, checkpoints' final copies and metrics."""
     return rank() == 0
+
+
+def world_size() -> int:
+    """How many ranks the launch started (1 outside a launch)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def join_process_group() -> None:
+    """Join the launch's process group (NCCL on GPUs, gloo on CPUs) for a stage that trains without transformers'
+    Trainer, which otherwise does it (the agentic RL loop). Nothing outside a launch or when already joined."""
+    import torch
+    import torch.distributed as dist
+
+    if world_size() == 1 or dist.is_initialized():
+        return
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+
+
+def gather_objects(items: list) -> list:
+    """Every rank's ``items``, concatenated in rank order, on every rank (``items`` itself outside a process group)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return list(items)
+    every: list = [None] * dist.get_world_size()
+    dist.all_gather_object(every, list(items))
+    return [x for part in every for x in part]
+
+
+def sum_gradients(model) -> None:
+    """Add up every parameter's gradient over the ranks (a parameter a rank did not reach counts as 0), so each
+    rank steps on the whole batch's gradient. For a loop that divides its loss by the batch's global token count
+    and may run a different number of micro-batches per rank, which DDP's hooks do not allow."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    for p in model.parameters():
+        if p.requires_grad:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            dist.all_reduce(p.grad)
 
 
 def barrier() -> None:

@@ -84,6 +84,13 @@ def load_frozen_scorer(model_dir: str | Path, device: str | torch.device | None,
     return model.eval().requires_grad_(False), tokenizer
 
 
+def scorer_by_directory(scorer) -> tuple:
+    """How a frozen scorer is pickled: its class, directory and settings, not its weights. A GRPO stage's reward
+    crosses to each rank of a launched stage (forge/training/launch.py) this way and loads its RM there, on that
+    rank's device (:func:`forge.training.checkpoints.training_device`), as a 3B RM should not travel as a pickle."""
+    return type(scorer), (scorer.model_dir, scorer.max_length, scorer.batch_size, None, scorer.bf16)
+
+
 @torch.inference_mode()
 def score_ids(model, pad_token_id: int, sequences: list[list[int]], batch_size: int = 16) -> list[float]:
     """Scores of already-tokenized sequences, right-padded in batches; returns one float per sequence."""
@@ -250,8 +257,12 @@ class RewardScorer:
     def __init__(self, model_dir: str | Path, max_length: int = 1024, batch_size: int = 16,
                  device: str | torch.device | None = None, bf16: bool = False) -> None:
         self.model, self.tokenizer = load_frozen_scorer(model_dir, device, bf16)
+        self.model_dir, self.bf16 = str(model_dir), bf16
         self.max_length = max_length
         self.batch_size = batch_size
+
+    def __reduce__(self):
+        return scorer_by_directory(self)
 
     def score(self, histories: list[Chat], answers: list[str]) -> list[float]:
         seqs = [encode_scored_chat(self.tokenizer, h, a, self.max_length)

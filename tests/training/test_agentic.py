@@ -4,6 +4,7 @@ resumes, and the stage task logs and registers a policy version."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 
 import pytest
@@ -220,10 +221,10 @@ class KilledAt:
     def __init__(self, env, step: int) -> None:
         self.env, self.step = env, step
 
-    def rollout(self, policy, step):
+    def rollout(self, policy, step, shard=(0, 1)):
         if step == self.step:
             raise Killed
-        return self.env.rollout(policy, step)
+        return self.env.rollout(policy, step, shard)
 
 
 def test_train_agentic_logs_every_step_and_resumes_after_a_kill(tools, one_hop, model_dir, tmp_path):
@@ -273,3 +274,30 @@ def test_agentic_rl_task_registers_a_policy_version_with_its_parent(workspace, t
     shown = mlflow.artifacts.load_dict(f"runs:/{result.run_id}/episodes.json")
     assert shown and not {e["question"] for e in shown} & {r.messages[0].content for r in sft_rows}
     shutil.rmtree(result.model_dir)
+
+
+def test_two_ranks_take_the_update_one_process_takes_on_all_episodes(episodes, model_dir, tokenizer, tmp_path):
+    """Under `accelerate launch` each rank trains on its own groups' episodes; the loss is divided by both ranks'
+    trained tokens and the gradients summed, so the step equals one process's on the union. The shards differ in
+    size (2 and 3 episodes): dividing by a rank's own token count, or averaging instead of summing, would not."""
+    from forge.training.launch import run_training
+    from tests.training.launched import agentic_update
+
+    right, wrong = episodes
+    other = [dataclasses.replace(e, group="h") for e in (right, wrong, wrong)]
+    cfg = CFG.model_copy(update={"rejected_turns": "negative_reward", "max_grad_norm": 1e9})
+    lr = 1.0  # plain SGD: the weights move by exactly the gradient, so the comparison reads the gradients
+
+    one = AutoModelForCausalLM.from_pretrained(model_dir)
+    one_stats = update_policy(one, None, [right, wrong, *other], cfg, torch.optim.SGD(one.parameters(), lr=lr),
+                              tokenizer.pad_token_id)
+    two = run_training(agentic_update, TrainingRuntimeConfig(num_processes=2), tmp_path / "two", model_dir=model_dir,
+                       shards=[[right, wrong], other], cfg=cfg, pad_id=tokenizer.pad_token_id, lr=lr)
+    start = AutoModelForCausalLM.from_pretrained(model_dir).state_dict()
+    moved = max(float((one.state_dict()[k] - start[k]).abs().max()) for k in start)
+    assert moved > 1e-3  # the step changed the weights
+    for key, value in one.state_dict().items():
+        torch.testing.assert_close(two["weights"][key], value, rtol=1e-4, atol=1e-6, msg=key)
+    assert two["stats"]["trained_tokens"] == one_stats["trained_tokens"]
+    assert two["stats"]["sequences"] == one_stats["sequences"] == 5
+    assert two["stats"]["loss"] == pytest.approx(one_stats["loss"], rel=1e-4)

@@ -122,3 +122,32 @@ def test_a_killed_launch_stops_its_ranks_and_resumes_from_the_checkpoint(kill, t
     result = run_training(run_sft_stage, TWO, out, **call)
     assert result.resumed_from_step is not None and result.resumed_from_step >= 4
     assert result.steps == 40 and (out / "config.json").exists()
+
+
+def test_grpo_on_two_ranks_each_loading_the_reward_model_it_was_handed(tiny_policy, tmp_path):
+    """A GRPO stage launched as 2 ranks: the reward (a frozen RM scorer) crosses to each rank as its directory and
+    settings, not its weights, and each rank loads it; both ranks' rollouts are scored and the run trains."""
+    from forge.config import GRPOSettings
+    from forge.training.checkpoints import save_atomically
+    from forge.training.grpo import PointwiseRMReward, run_grpo
+    from forge.training.reward_model import RewardScorer, load_reward_model
+
+    rm_dir = save_atomically(*load_reward_model(tiny_policy), tmp_path / "rm")  # a fresh score head: any RM will do
+    scorer = RewardScorer(rm_dir, max_length=64)
+    blob = pickle.dumps(scorer)
+    assert len(blob) < 4096, "the scorer pickled its weights"
+    history, answers = [[{"role": "user", "content": "Hi?"}]] * 2, ["Hello.", "Go away."]
+    assert pickle.loads(blob).score(history, answers) == pytest.approx(scorer.score(history, answers))
+
+    words = ["river", "stone", "cloud", "ember", "maple", "harbor", "violet", "copper"]
+    prompts = [{"prompt": [{"role": "user", "content": f"Write a line about a {w}."}]} for w in words]
+    settings = GRPOSettings(num_generations=4, max_completion_length=8, learning_rate=1e-4, max_steps=2,
+                            per_device_batch_size=4, max_prompts=8, max_prompt_length=64, save_steps=1)
+    logged: list[dict] = []
+    result = run_training(run_grpo, TWO, tmp_path / "policy", log_metrics=lambda m, s: logged.append(m),
+                          policy_dir=tiny_policy, prompts=prompts, reward_funcs=[PointwiseRMReward(scorer, 8)],
+                          settings=settings, stage="grpo-test")
+    assert result.steps == 2 and [r["step"] for r in result.curve] == [1, 2]
+    assert all("rm_score" in r and "reward" in r for r in result.curve)
+    assert any("grpo-test/reward" in m for m in logged)  # rank 0's records reached the caller
+    assert (tmp_path / "policy" / "config.json").exists()
