@@ -61,6 +61,7 @@ from forge.training.grpo import GRPOResult
 from forge.training.launch import (
     assert_replicas_agree,
     barrier,
+    broadcast_from_rank0,
     gather_objects,
     is_main_process,
     join_process_group,
@@ -354,6 +355,7 @@ def train_agentic(policy_dir: Path, env: Environment, cfg: AgenticRLConfig, runt
     shard = (rank(), world_size())
     tokenizer = AutoTokenizer.from_pretrained(policy_dir)
     model = AutoModelForCausalLM.from_pretrained(policy_dir).to(training_device())
+    broadcast_from_rank0(model)  # every rank starts from the same weights, whatever the loader did
     model.config.pad_token_id = tokenizer.pad_token_id
     model.eval()
     ref_model = copy.deepcopy(model).requires_grad_(False) if cfg.beta > 0 else None

@@ -101,7 +101,7 @@ def resolve_base(cfg: BaseModelConfig) -> Path:
             raise BaseCheckpointMissing(
                 f"base.local_path: {path} is not a checkpoint directory with its tokenizer (missing "
                 f"{', '.join(missing)}); the profile's base model is {cfg.hub_id}. {how}")
-        return path
+        return path.resolve()  # absolute: the stages' cache keys and launched ranks read it from anywhere
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 

@@ -30,6 +30,7 @@ from trl import GRPOConfig, GRPOTrainer
 from forge.chat import completion_text
 from forge.config import GenerationConfig, GRPOSettings, TrainingRuntimeConfig
 from forge.training.checkpoints import ForwardMetrics, MetricsLogger, ResumableTraining, common_trainer_args
+from forge.training.launch import broadcast_from_rank0
 from forge.training.pairs import repetition_fraction
 
 logger = logging.getLogger(__name__)
@@ -260,6 +261,10 @@ def run_grpo(
         processing_class=tokenizer,
         callbacks=[records, ForwardMetrics(log_metrics, prefix=f"{stage}/")],
     )
+    if getattr(trainer, "ref_model", None) is not None:
+        # TRL loads the KL reference once the process group is up; under an FSDP config that gives zeros on all but
+        # rank 0, and TRL does not wrap (so never broadcasts) a reference it only evaluates on CPU ranks.
+        broadcast_from_rank0(trainer.accelerator.unwrap_model(trainer.ref_model))
     logger.info("%s: %d prompts × %d rollouts, %d steps", stage, len(prompts), settings.num_generations,
                 settings.max_steps)
     run.train(trainer, stage)

@@ -85,6 +85,21 @@ def join_process_group() -> None:
     dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
 
 
+def broadcast_from_rank0(model) -> None:
+    """Give every rank rank 0's weights (nothing outside a process group). Needed by a loop without a Trainer:
+    under an FSDP accelerate config with ``fsdp_cpu_ram_efficient_loading`` (infra/accelerate/fsdp.yaml),
+    transformers' ``from_pretrained`` on every rank but each node's first, once the process group is up, fills the
+    weights with zeros and leaves FSDP to broadcast rank 0's; the agentic loop is not wrapped by FSDP and would
+    train a zero model on those ranks (tests/flows/test_dist.py found it through :func:`assert_replicas_agree`)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    for tensor in [*model.parameters(), *model.buffers()]:
+        if type(tensor.data).__name__ != "DTensor":  # FSDP's shards are FSDP's to synchronise
+            dist.broadcast(tensor.data, src=0)
+
+
 def gather_objects(items: list) -> list:
     """Every rank's ``items``, concatenated in rank order, on every rank (``items`` itself outside a process group)."""
     import torch.distributed as dist
@@ -251,8 +266,10 @@ def run_training(
     # no ranks training on behind it; the relaunch resumes from their last checkpoint. A small shim asks for the
     # signal and then execs the launcher (a preexec_fn is unsafe here: Prefect runs tasks in threads).
     shim = [sys.executable, "-m", "forge.training.launch", "--exec-with-parent-death-signal"]
+    # The ranks start in the task's working directory: a relative path among the arguments (a profile's
+    # base.local_path, a source file) means there what it meant here.
     proc = subprocess.Popen([*shim, *cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            cwd=REPO_ROOT)
+                            cwd=os.getcwd())
     tail: list[str] = []
     assert proc.stdout is not None
     for line in proc.stdout:

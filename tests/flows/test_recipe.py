@@ -8,85 +8,45 @@ loading by alias, mix shares, a clean DVC status, lineage tags on the SFT run.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from forge.workspace import REPO_ROOT
+from tests.flows.checkout import forge, forge_env, make_checkout, run_and_kill, run_status
 
 pytestmark = pytest.mark.slow
 PROFILE = REPO_ROOT / "configs" / "ci.yaml"
-FORGE = str(Path(sys.executable).parent / "forge")
 TRAINING_STAGES = ("pretrain", "sft-1-ctx-128", "sft-2-ctx-256", "sft-3-ctx-512", "rm-pointwise", "grpo-pointwise",
                    "rm-pairwise", "grpo-pairwise", "code-warmup", "code-rl-filter-1", "code-rl-stage1",
                    "code-rl-filter-2", "code-rl-stage2", "agentic-rl")
 
 
-def _env(root: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_", "FORGE_", "DVC_"))}
-    env.update(FORGE_ROOT=str(root), FORGE_HOME=str(root / ".forge"))
-    return env
-
-
-def _forge(root: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [FORGE, *args], env=_env(root), cwd=root, capture_output=True, text=True, timeout=timeout, check=False
-    )
-
-
-def _status(root: Path) -> dict:
-    out = _forge(root, "status", "--json", timeout=60)
-    assert out.returncode == 0, out.stdout + out.stderr
-    return json.loads((root / ".forge" / "runs" / "latest.json").read_text())
-
-
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory):
-    root = tmp_path_factory.mktemp("checkout")
-    (root / "corpora").symlink_to(REPO_ROOT / "corpora", target_is_directory=True)
-    shutil.copytree(REPO_ROOT / ".dvc", root / ".dvc", ignore=shutil.ignore_patterns("tmp", "cache", "config.local"))
-    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
-    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"], cwd=root,
-                   check=True)
-    home = root / ".forge"
+    root = make_checkout(tmp_path_factory.mktemp("checkout"))
 
     # Run 1: kill the whole process group once the second SFT stage has written a complete trainer checkpoint
     # (a torn one is covered by tests/training/test_checkpoints.py).
-    proc = subprocess.Popen([FORGE, "run", "--profile", str(PROFILE)], env=_env(root), cwd=root,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    deadline = time.time() + 900
-    killed_at = None
-    while time.time() < deadline and proc.poll() is None:
-        if list((home / "models").glob(".sft-1-*.work/checkpoint-*/trainer_state.json")):
-            os.killpg(proc.pid, signal.SIGKILL)
-            killed_at = time.time()
-            break
-        time.sleep(0.05)
-    first_out = proc.communicate(timeout=60)[0]
-    assert killed_at is not None, f"run 1 never reached the second SFT stage:\n{first_out[-4000:]}"
-    after_kill = _status(root)
-    status_after_kill = _forge(root, "status", timeout=60).stdout
+    run_and_kill(root, PROFILE, ".sft-1-*.work/checkpoint-*/trainer_state.json")
+    after_kill = run_status(root)
+    status_after_kill = forge(root, "status", timeout=60).stdout
 
     # Run 2: resume.
     t = time.time()
-    second = _forge(root, "run", "--profile", str(PROFILE))
+    second = forge(root, "run", "--profile", str(PROFILE))
     second_s = time.time() - t
     assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
-    after_resume = _status(root)
+    after_resume = run_status(root)
 
     # Run 3: everything cached.
     t = time.time()
-    third = _forge(root, "run", "--profile", str(PROFILE))
+    third = forge(root, "run", "--profile", str(PROFILE))
     third_s = time.time() - t
     assert third.returncode == 0, third.stdout[-4000:] + third.stderr[-4000:]
-    return {"root": root, "after_kill": after_kill, "after_resume": after_resume, "third": _status(root),
+    return {"root": root, "after_kill": after_kill, "after_resume": after_resume, "third": run_status(root),
             "second_s": second_s, "third_s": third_s, "second_out": second.stdout,
             "status_after_kill": status_after_kill}
 
@@ -127,8 +87,7 @@ def test_the_plan_lists_exactly_the_stages_the_run_ran(scenario):
 
     planned = [row.stage for row in recipe_plan(load_profile(PROFILE))]
     assert sorted(planned) == sorted(scenario["third"]["stages"])
-    launched = [row.stage for row in recipe_plan(load_profile(PROFILE)) if row.launcher.startswith("accelerate")]
-    assert "sft-1-ctx-128" in launched and "rm-pairwise" in launched  # the CI profile launches 2 ranks
+    assert all(row.launcher == "task process" for row in recipe_plan(load_profile(PROFILE)))  # test_dist.py launches
 
 
 def test_champion_loads_and_generates(scenario):
@@ -143,7 +102,7 @@ def test_champion_loads_and_generates(scenario):
         "out = model.generate(**ids, max_new_tokens=8, do_sample=False)\n"
         "print('NEW_TOKENS', out.shape[1] - ids['input_ids'].shape[1])\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], env=_env(scenario["root"]), cwd=REPO_ROOT,
+    out = subprocess.run([sys.executable, "-c", code], env=forge_env(scenario["root"]), cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     assert int(out.stdout.split("NEW_TOKENS")[1]) > 0
@@ -232,7 +191,7 @@ def test_prefect_run_holds_logs_artifacts_and_links_to_mlflow(scenario):
 
 def test_status_lists_every_run_and_shows_any_of_them(scenario):
     root = scenario["root"]
-    runs = _forge(root, "status", "--runs", "--json", timeout=60)
+    runs = forge(root, "status", "--runs", "--json", timeout=60)
     assert runs.returncode == 0, runs.stdout + runs.stderr
     listed = json.loads(runs.stdout)
     assert [r["state"] for r in listed] == ["completed", "completed", "crashed"]  # newest first
@@ -240,13 +199,13 @@ def test_status_lists_every_run_and_shows_any_of_them(scenario):
     assert [r["flow_run_id"] for r in listed[1:]] == [resumed["flow_run_id"], killed["flow_run_id"]]
     assert listed[0]["promotion"]["outcome"] in ("promoted", "refused", "already champion")
     assert listed[0]["data_md5"] == listed[1]["data_md5"] == listed[2]["data_md5"]  # killed after the data stage
-    table = _forge(root, "status", "--runs", timeout=60).stdout
+    table = forge(root, "status", "--runs", timeout=60).stdout
     assert "crashed" in table and resumed["name"].removeprefix("recipe·") in table
     # One run by a prefix of its id: its header and its stages.
-    one = _forge(root, "status", "--run", killed["flow_run_id"][:8], timeout=60)
+    one = forge(root, "status", "--run", killed["flow_run_id"][:8], timeout=60)
     assert one.returncode == 0 and killed["name"] in one.stdout and "crashed" in one.stdout
     assert "sft-2-ctx-256" in one.stdout and "total" in one.stdout
-    unknown = _forge(root, "status", "--run", "zzzz", timeout=60)
+    unknown = forge(root, "status", "--run", "zzzz", timeout=60)
     assert unknown.returncode == 1 and "no run matches 'zzzz'" in unknown.stdout
 
 
@@ -295,7 +254,7 @@ def test_candidate_matrix_records_every_domain_and_gates(scenario):
     version the recipe proposed), the report plotted, the gate's decision on the version; then `forge eval compare`
     pairs the candidate's items with the champion's."""
     root = scenario["root"]
-    out = _forge(root, "eval", "matrix", "--profile", str(PROFILE))
+    out = forge(root, "eval", "matrix", "--profile", str(PROFILE))
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
     assert "forge-policy/" in out.stdout and ("promoted" in out.stdout or "refused" in out.stdout)
     # Its Prefect is the checkout's (not ~/.prefect, where another checkout's cached reports would be served).
@@ -313,7 +272,7 @@ def test_candidate_matrix_records_every_domain_and_gates(scenario):
         "v = client.get_model_version_by_alias('forge-policy', 'candidate')\n"
         "print('TAGS', json.dumps(v.tags))\n"
     )
-    tags = subprocess.run([sys.executable, "-c", code], env=_env(root), cwd=REPO_ROOT, capture_output=True,
+    tags = subprocess.run([sys.executable, "-c", code], env=forge_env(root), cwd=REPO_ROOT, capture_output=True,
                           text=True, timeout=300, check=False)
     assert tags.returncode == 0, tags.stderr[-3000:]
     tags = json.loads(tags.stdout.split("TAGS", 1)[1])
@@ -323,7 +282,7 @@ def test_candidate_matrix_records_every_domain_and_gates(scenario):
                    "deep_search_accuracy"):
         assert 0.0 <= float(tags[f"metric.{metric}"]) <= 1.0
     assert tags["promotion.decision"] in ("promoted", "refused")
-    compared = _forge(root, "eval", "compare", "@champion", "@candidate", timeout=300)
+    compared = forge(root, "eval", "compare", "@champion", "@candidate", timeout=300)
     assert compared.returncode == 0, compared.stdout[-3000:] + compared.stderr[-3000:]
     for domain in ("math", "science", "alignment", "deep_search"):
         assert domain in compared.stdout
@@ -336,7 +295,7 @@ def test_a_second_run_in_the_checkout_is_refused_while_one_holds_it(scenario):
     root = scenario["root"]
     before = read_data_md5(root)
     with run_lock(Workspace(root=root, home=root / ".forge"), "another-profile"):
-        out = _forge(root, "run", "--profile", str(PROFILE), timeout=300)
+        out = forge(root, "run", "--profile", str(PROFILE), timeout=300)
     assert out.returncode == 1, out.stdout + out.stderr
     assert "another recipe run is using this checkout's data/" in out.stdout and "another-profile" in out.stdout
     assert "Traceback" not in out.stdout + out.stderr
@@ -357,15 +316,15 @@ def test_data_checkout_restores_the_data_a_model_was_trained_on(scenario):
     edited = manifest.read_text() + "\n"
     manifest.write_text(edited)  # data/ rewritten since (another profile's run, a person)
     assert not data_status_clean(root)
-    out = _forge(root, "data", "checkout", "models:/forge-policy@champion", timeout=300)
+    out = forge(root, "data", "checkout", "models:/forge-policy@champion", timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert read_data_md5(root) == trained_on and data_status_clean(root)
     kept = out.stdout.split("kept as ")[1].split()[0]  # what data/ held was versioned first, not lost
-    back = _forge(root, "data", "checkout", kept, timeout=300)
+    back = forge(root, "data", "checkout", kept, timeout=300)
     assert back.returncode == 0 and manifest.read_text() == edited
-    assert _forge(root, "data", "checkout", f"models:/forge-policy/{champion.version}", timeout=300).returncode == 0
+    assert forge(root, "data", "checkout", f"models:/forge-policy/{champion.version}", timeout=300).returncode == 0
     assert read_data_md5(root) == trained_on and data_status_clean(root)
-    missing = _forge(root, "data", "checkout", "models:/forge-policy/999", timeout=120)
+    missing = forge(root, "data", "checkout", "models:/forge-policy/999", timeout=120)
     assert missing.returncode == 1 and "no such registered version" in missing.stdout
 
 
@@ -380,12 +339,12 @@ def test_two_profiles_in_one_checkout_each_keep_their_data(scenario):
     uri = f"sqlite:///{root / '.forge' / 'mlflow' / 'mlflow.db'}"
     client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
     first = client.get_model_version_by_alias("forge-policy", "champion")
-    other = _forge(root, "run", "--profile", str(PROFILE), "--set", "mix.name=sft-ci-other", "--set", "mix.seed=1")
+    other = forge(root, "run", "--profile", str(PROFILE), "--set", "mix.name=sft-ci-other", "--set", "mix.seed=1")
     assert other.returncode == 0, other.stdout[-3000:] + other.stderr[-3000:]
     newest = max(client.search_model_versions("name = 'forge-policy'"), key=lambda v: int(v.version))
     mine, theirs = first.tags["forge.data_md5"], newest.tags["forge.data_md5"]
     assert theirs == read_data_md5(root) != mine
     for version, md5 in ((first.version, mine), (newest.version, theirs)):
-        out = _forge(root, "data", "checkout", f"models:/forge-policy/{version}", timeout=300)
+        out = forge(root, "data", "checkout", f"models:/forge-policy/{version}", timeout=300)
         assert out.returncode == 0, out.stdout + out.stderr
         assert read_data_md5(root) == md5 and data_status_clean(root)

@@ -4,7 +4,6 @@ does; a killed launch leaves no rank running and the next launch resumes from it
 
 from __future__ import annotations
 
-import os
 import pickle
 import signal
 import subprocess
@@ -87,8 +86,9 @@ def _ranks_of(job: Path) -> list[psutil.Process]:
     return out
 
 
-@pytest.mark.parametrize("kill", ["task", "process group"])
-def test_a_killed_launch_stops_its_ranks_and_resumes_from_the_checkpoint(kill, tiny_policy, rows, tmp_path):
+def test_a_killed_task_stops_its_ranks_and_the_relaunch_resumes_from_the_checkpoint(tiny_policy, rows, tmp_path):
+    """Only the task's process dies, as under an OOM kill. (A kill of the whole process group, launcher included, as
+    `forge run` killed from the terminal: tests/flows/test_dist.py, inside a launched GRPO stage.)"""
     out = tmp_path / "out"
     call = {"model_dir": tiny_policy, **sft_call(rows, batch=4, save_steps=2, steps=40)}
     (tmp_path / "call.pkl").write_bytes(pickle.dumps((TWO, out, call)))
@@ -107,13 +107,8 @@ def test_a_killed_launch_stops_its_ranks_and_resumes_from_the_checkpoint(kill, t
     job = job_dir_for(out)
     ranks = _ranks_of(job)
     assert len(ranks) >= 2
-    # The task's process dies at once, as under an OOM kill; or its whole process group does, launcher included (as
-    # `forge run` killed from the terminal). torch elastic puts each rank in a session of its own: neither reaches
-    # the ranks directly.
-    if kill == "task":
-        task.send_signal(signal.SIGKILL)
-    else:
-        os.killpg(task.pid, signal.SIGKILL)
+    # torch elastic puts each rank in a session of its own: the kill does not reach them directly.
+    task.send_signal(signal.SIGKILL)
     task.wait()
     _, alive = psutil.wait_procs(ranks, timeout=60)
     assert not alive, f"ranks still running a minute after their task died: {alive}"
@@ -142,12 +137,16 @@ def test_grpo_on_two_ranks_each_loading_the_reward_model_it_was_handed(tiny_poli
     words = ["river", "stone", "cloud", "ember", "maple", "harbor", "violet", "copper"]
     prompts = [{"prompt": [{"role": "user", "content": f"Write a line about a {w}."}]} for w in words]
     settings = GRPOSettings(num_generations=4, max_completion_length=8, learning_rate=1e-4, max_steps=2,
-                            per_device_batch_size=4, max_prompts=8, max_prompt_length=64, save_steps=1)
+                            per_device_batch_size=4, max_prompts=8, max_prompt_length=64, save_steps=1, beta=0.1)
     logged: list[dict] = []
-    result = run_training(run_grpo, TWO, tmp_path / "policy", log_metrics=lambda m, s: logged.append(m),
+    # With the FSDP config transformers loads zeros on rank 1 once the process group is up (cpu-RAM-efficient
+    # loading) and TRL leaves a CPU rank's KL reference as loaded: the reference must be rank 0's.
+    fsdp = TrainingRuntimeConfig(fused_lm_head=False, num_processes=2, accelerate_config="fsdp")
+    result = run_training(run_grpo, fsdp, tmp_path / "policy", log_metrics=lambda m, s: logged.append(m),
                           policy_dir=tiny_policy, prompts=prompts, reward_funcs=[PointwiseRMReward(scorer, 8)],
                           settings=settings, stage="grpo-test")
     assert result.steps == 2 and [r["step"] for r in result.curve] == [1, 2]
     assert all("rm_score" in r and "reward" in r for r in result.curve)
+    assert result.curve[0]["kl"] < 1e-4  # before any update the policy is its reference, on both ranks
     assert any("grpo-test/reward" in m for m in logged)  # rank 0's records reached the caller
     assert (tmp_path / "policy" / "config.json").exists()
