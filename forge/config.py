@@ -151,7 +151,21 @@ class PoolsConfig(Strict):
     max_rows_per_source: int = Field(2000, ge=10, description="Cap on rows taken from any one corpus file.")
     sources: dict[DomainName, list[SourceConfig]] = Field(
         default_factory=dict, description="Your own data, by domain: rows added to corpora/'s in that pool.")
+    allow_hub_download: bool = Field(
+        False, description="Sources may be hf:// paths, read from huggingface.co (hf://datasets/ORG/NAME/FILES). Off "
+        "by default, as base.allow_hub_download: Forge reaches no hub unless a profile says so.")
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _hub_allowed(self) -> PoolsConfig:
+        for domain, sources in self.sources.items():
+            for i, src in enumerate(sources):
+                if src.path.startswith("hf://") and not self.allow_hub_download:
+                    raise ValueError(
+                        f"sources.{domain}[{i}].path: {src.path} is read from the Hugging Face Hub, and this profile "
+                        "does not allow downloads: set pools.allow_hub_download: true, or download the files and "
+                        "name the local copy")
+        return self
 
 
 class MixConfig(Strict):

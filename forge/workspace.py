@@ -185,6 +185,21 @@ def run_lock(ws: Workspace, profile: str) -> Iterator[None]:
         os.close(fd)  # closing the descriptor releases the lock
 
 
+@contextmanager
+def hub_online() -> Iterator[None]:
+    """huggingface_hub online for the calls inside. Forge sets ``HF_HUB_OFFLINE=1`` for the whole process
+    (:func:`configure_environment`); a profile that allows the hub (``base.allow_hub_download``,
+    ``pools.allow_hub_download``) lifts it for its own downloads only."""
+    from huggingface_hub import constants
+
+    before = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = False
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = before
+
+
 def configure_environment(ws: Workspace | None = None) -> Workspace:
     """Point Prefect, MLflow and DVC at the workspace home and switch everything offline.
 

@@ -3,17 +3,20 @@
 A profile lists sources per domain under ``pools.sources`` (forge/config.py, ``SourceConfig``):
 
     pools:
-      corpora: false                      # only these sources (true: corpora/'s rows as well)
+      allow_hub_download: true            # only for hf:// paths; refused when the profile loads otherwise
       sources:
         code:
           - {path: /data/code-sft.parquet, fields: {prompt: instruction, response: output}, licence: "Apache-2.0"}
         general:
           - {path: s3://bucket/chats/, format: jsonl, fields: {messages: conversation}, licence: "CC-BY-4.0"}
           - {path: /data/hf-dataset, format: hf_disk, fields: {prompt: question, response: answer}, licence: MIT}
+        stem:
+          - {path: "hf://datasets/ORG/NAME/data", format: parquet, fields: {messages: messages}, licence: MIT}
 
 Formats: JSON Lines (``.jsonl``, ``.jsonl.gz``), Parquet (read a row group at a time), a folder written by
 ``datasets.Dataset.save_to_disk``, each a file or a folder of such files, local or behind any fsspec URL (``s3://``
-needs ``s3fs``, ``gs://`` ``gcsfs``). ``fields`` maps Forge's chat schema onto the source's columns: either
+needs ``s3fs``, ``gs://`` ``gcsfs``, ``hf://`` huggingface_hub, installed with Forge). The sources join corpora/'s
+rows in their domains' pools. ``fields`` maps Forge's chat schema onto the source's columns: either
 ``messages`` (a list of ``{role, content}``; ``from``/``value`` as ShareGPT writes them is read too), or ``prompt`` and
 ``response`` (one user turn, one assistant turn), each with an optional ``system``. Records are read one at a time
 (:func:`iter_records`): memory holds one record (one row group for Parquet), not the file.
@@ -33,6 +36,7 @@ from typing import Any
 
 from forge.config import SourceConfig
 from forge.data.schemas import ChatSample, Message
+from forge.workspace import hub_online
 
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "model": "assistant",
          "system": "system", "tool": "tool"}
@@ -68,9 +72,21 @@ def _files(fs, path: str, fmt: str) -> list[str]:
     return found
 
 
+def _online_for(path: str):
+    """The hub online while an ``hf://`` source is read (the profile allowed it: ``pools.allow_hub_download``, checked
+    when it loads); every other path reads as it is."""
+    return hub_online() if path.startswith("hf://") else nullcontext()
+
+
 def iter_records(src: SourceConfig) -> Iterator[tuple[str, int, dict[str, Any] | Exception]]:
     """``(file, record number from 1, record)`` for every record of ``src``, one at a time; a line that is not JSON
-    comes as the exception in place of the record (it is reported, the rest is read)."""
+    comes as the exception in place of the record (it is reported, the rest is read). ``hf://`` paths go through
+    huggingface_hub's fsspec file system (``hf://datasets/ORG/NAME/FILES``)."""
+    with _online_for(src.path):
+        yield from _records(src)
+
+
+def _records(src: SourceConfig) -> Iterator[tuple[str, int, dict[str, Any] | Exception]]:
     import fsspec
 
     if src.format == "hf_disk":
@@ -153,11 +169,13 @@ def sources_digest(sources: dict[str, list[SourceConfig]]) -> str:
     h = hashlib.sha256()
     for domain, listed in sorted(sources.items()):
         for src in listed:
-            fs, root = fsspec.core.url_to_fs(src.path)
-            files = (sorted(fs.find(root)) if fs.isdir(root) else [root]) if fs.exists(root) else []
-            for file in files:
-                info = fs.info(file)
-                stamp = info.get("mtime") or info.get("LastModified") or info.get("ETag") or info.get("etag")
+            with _online_for(src.path):
+                fs, root = fsspec.core.url_to_fs(src.path)
+                files = (sorted(fs.find(root)) if fs.isdir(root) else [root]) if fs.exists(root) else []
+                infos = [fs.info(file) for file in files]
+            for file, info in zip(files, infos, strict=True):
+                stamp = (info.get("mtime") or info.get("LastModified") or info.get("ETag") or info.get("etag")
+                         or info.get("blob_id"))  # the hub's: the file's git blob
                 h.update(json.dumps([domain, src.path, file, info.get("size"), stamp], default=str).encode())
             if not files:
                 h.update(f"{src.path}: missing".encode())  # the pools task names it when it reads the source

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +31,7 @@ from forge.training.checkpoints import (
     common_trainer_args,
     loss_curve,
 )
+from forge.workspace import hub_online
 
 logger = logging.getLogger(__name__)
 
@@ -70,20 +69,6 @@ class BaseCheckpointMissing(FileNotFoundError):
 CHECKPOINT_FILES = ("config.json", "tokenizer_config.json")
 
 
-@contextmanager
-def _hub_reachable() -> Iterator[None]:
-    """huggingface_hub online for one call. Forge sets ``HF_HUB_OFFLINE=1`` for the whole process
-    (forge/workspace.py); a profile with ``base.allow_hub_download`` lifts it for the base download only."""
-    from huggingface_hub import constants
-
-    before = constants.HF_HUB_OFFLINE
-    constants.HF_HUB_OFFLINE = False
-    try:
-        yield
-    finally:
-        constants.HF_HUB_OFFLINE = before
-
-
 def resolve_base(cfg: BaseModelConfig) -> Path:
     """The base checkpoint as a local directory the trainers read (``source`` 'local' or 'hub').
 
@@ -107,7 +92,7 @@ def resolve_base(cfg: BaseModelConfig) -> Path:
 
     try:
         if cfg.allow_hub_download:
-            with _hub_reachable():
+            with hub_online():
                 return Path(snapshot_download(cfg.hub_id))
         return Path(snapshot_download(cfg.hub_id, local_files_only=True))
     except LocalEntryNotFoundError as err:

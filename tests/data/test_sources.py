@@ -109,3 +109,17 @@ def test_source_settings_are_checked_when_the_profile_loads(tmp_path):
         load_profile("tiny", {"pools.sources": {"cooking": []}})
     with pytest.raises(SourceError, match="no such file"):
         list(iter_records(SourceConfig(path=str(tmp_path / "none.jsonl"), fields={"messages": "m"}, licence="MIT")))
+
+
+def test_a_hub_source_needs_a_profile_that_allows_the_hub(tmp_path):
+    """hf:// paths are read from huggingface.co: refused, with the way to allow it, unless the profile says so."""
+    profile = tmp_path / "mine.yaml"
+    profile.write_text("profile: mine\npools:\n  sources:\n    stem:\n      - path: hf://datasets/org/name/data\n"
+                       "        format: parquet\n        fields: {messages: messages}\n        licence: MIT\n")
+    with pytest.raises(ConfigError) as err:
+        load_profile(profile)
+    message = str(err.value)
+    assert f"{profile}:2: pools:" in message and "sources.stem[0].path" in message
+    assert "pools.allow_hub_download: true" in message
+    allowed = load_profile(profile, {"pools.allow_hub_download": True})
+    assert allowed.pools.sources["stem"][0].path == "hf://datasets/org/name/data"
