@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
@@ -19,6 +18,7 @@ from forge.data.schemas import ChatSample, Message
 from forge.training.checkpoints import find_resume_checkpoint, work_dir_for
 from forge.training.launch import LaunchError, job_dir_for, run_training
 from forge.training.sft import run_sft_stage
+from tests.processes import processes_naming
 
 ONE = TrainingRuntimeConfig(fused_lm_head=False)
 TWO = TrainingRuntimeConfig(fused_lm_head=False, num_processes=2)
@@ -75,17 +75,6 @@ def test_a_failing_rank_fails_the_call_with_its_traceback(rows, tmp_path):
     assert str(missing) in message  # the rank's own exception, not the launcher's summary
 
 
-def _ranks_of(job: Path) -> list[psutil.Process]:
-    out = []
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            if str(job) in " ".join(p.info["cmdline"] or []):
-                out.append(p)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    return out
-
-
 def test_a_killed_task_stops_its_ranks_and_the_relaunch_resumes_from_the_checkpoint(tiny_policy, rows, tmp_path):
     """Only the task's process dies, as under an OOM kill. (A kill of the whole process group, launcher included, as
     `forge run` killed from the terminal: tests/flows/test_dist.py, inside a launched GRPO stage.)"""
@@ -105,7 +94,7 @@ def test_a_killed_task_stops_its_ranks_and_the_relaunch_resumes_from_the_checkpo
         assert time.monotonic() < deadline, "no checkpoint within 4 minutes"
         time.sleep(0.5)
     job = job_dir_for(out)
-    ranks = _ranks_of(job)
+    ranks = processes_naming(str(job))
     assert len(ranks) >= 2
     # torch elastic puts each rank in a session of its own: the kill does not reach them directly.
     task.send_signal(signal.SIGKILL)
