@@ -351,7 +351,7 @@ def train_agentic(policy_dir: Path, env: Environment, cfg: AgenticRLConfig, runt
     figures)."""
     started = time.monotonic()
     apply_runtime(runtime)
-    join_process_group()  # under `accelerate launch`: rank r runs every n-th question of a step (forge/training/launch.py)
+    join_process_group()  # under `accelerate launch` rank r runs every n-th question of a step (launch.py)
     shard = (rank(), world_size())
     tokenizer = AutoTokenizer.from_pretrained(policy_dir)
     model = AutoModelForCausalLM.from_pretrained(policy_dir).to(training_device())

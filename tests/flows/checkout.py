@@ -51,7 +51,8 @@ def run_and_kill(root: Path, profile: Path, pattern: str, timeout: float = 900) 
     matching ``pattern`` appears under the workspace's models/ (a stage's complete trainer checkpoint, say). Returns
     the run's output; fails if the run ended or the deadline passed first."""
     log = root.parent / f"{root.name}-killed-run.log"  # beside the checkout: its git and DVC status stay clean
-    with open(log, "w") as sink:  # a file, not a pipe: nobody reads a pipe while waiting, and a full one blocks the run
+    # A file, not a pipe: nobody reads a pipe while waiting, and a full one blocks the run.
+    with open(log, "w") as sink:
         proc = subprocess.Popen([FORGE, "run", "--profile", str(profile)], env=forge_env(root), cwd=root,
                                 stdout=sink, stderr=subprocess.STDOUT, text=True, start_new_session=True)
         models, deadline, killed = root / ".forge" / "models", time.time() + timeout, False
