@@ -20,7 +20,9 @@ def base_flow(config: RecipeConfig, run: RecipeRun) -> Base:
         from forge.training.base_model import resolve_base
 
         path = str(resolve_base(config.base))
-        get_run_logger().info("base: %s (%s) at %s", config.base.hub_id, config.base.source, path)
+        where = (f"the checkpoint directory {path}" if config.base.source == "local"
+                 else f"{config.base.hub_id} from the Hugging Face cache at {path}")
+        get_run_logger().info("base: %s", where)
         return Base(model_dir=path, tokenizer_dir=path, model_name="forge-base", version=config.base.source)
     corpora = digest_corpora()
     tokenizer = run.stage("tokenizer", train_tokenizer_task, cfg=config.base.tokenizer, corpora=corpora,
