@@ -54,7 +54,7 @@ def agentic_rl_task(
     shows (forge.search.lookups.sft_seen). Logs per step: tool calls per episode, trajectory and turn reward,
     rejected-turn share (curves too), their first/last-20% means; a few final episodes as ``episodes.json``. The
     version carries the SFT held-out loss, as the GRPO stages' versions do."""
-    from forge.data.mix import read_mix
+    from forge.data.mix import read_heldout
     from forge.training.agentic import CURVES
     from forge.training.launch import run_training
     from forge.training.sft import heldout_chat_loss
@@ -73,8 +73,7 @@ def agentic_rl_task(
             steps, values = result.series(key)
             log_curve(f"agentic_rl_{key}", steps, values, CURVE_LABELS[key])
         mlflow.log_dict(stage.episodes, "episodes.json")
-        heldout_rows = read_mix(data.mix_dir)[1]
-        heldout_loss = heldout_chat_loss(out, heldout_rows, sft, runtime)
+        heldout_loss = heldout_chat_loss(out, read_heldout(data.mix_dir), sft, runtime)
         metrics = {**result.window_metrics(CURVES), "sft_heldout_loss": heldout_loss,
                    "seconds": round(result.seconds, 1)}
         mlflow.log_metrics(metrics)

@@ -341,7 +341,7 @@ def code_grpo_task(
     from forge.code.data import RLRow, check_policy, most_informative
     from forge.code.rewards import CodeRewards
     from forge.data.jsonl import read_jsonl
-    from forge.data.mix import read_mix
+    from forge.data.mix import read_heldout
     from forge.generation import local_backend
     from forge.training.grpo import run_grpo
     from forge.training.launch import run_training
@@ -391,7 +391,7 @@ def code_grpo_task(
                     verdict = check_policy(local_backend(generation, model_dir), held_out, cfg.check_samples,
                                            generation.temperature, cfg.max_new_tokens, seed)
                     metrics |= verdict.metrics(f"check_{label}")
-        metrics["sft_heldout_loss"] = heldout_chat_loss(out, read_mix(data.mix_dir)[1], sft, runtime)
+        metrics["sft_heldout_loss"] = heldout_chat_loss(out, read_heldout(data.mix_dir), sft, runtime)
         mlflow.log_metrics(metrics)
         version = register_checkpoint(out, "forge-policy", run_id=run.info.run_id, tags=tags,
                                       metrics={"sft_heldout_loss": metrics["sft_heldout_loss"]})

@@ -246,4 +246,9 @@ def read_mix(mix_dir: str | Path) -> tuple[list[ChatSample], list[ChatSample]]:
     """The mix's training rows (every shard, in order) and its held-out rows."""
     mix = Path(mix_dir)
     train = [r for shard in sorted(mix.glob("train-*.jsonl")) for r in read_jsonl(shard, ChatSample).rows]
-    return train, read_jsonl(mix / "heldout.jsonl", ChatSample).rows
+    return train, read_heldout(mix)
+
+
+def read_heldout(mix_dir: str | Path) -> list[ChatSample]:
+    """The mix's held-out rows only (what a stage scores its policy on, without reading the training shards)."""
+    return read_jsonl(Path(mix_dir) / "heldout.jsonl", ChatSample).rows

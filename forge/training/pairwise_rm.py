@@ -33,7 +33,7 @@ from forge.config import PairwiseRLConfig, RewardModelSettings, TrainingRuntimeC
 from forge.training.checkpoints import ForwardMetrics, MetricsLogger, ResumableTraining, common_trainer_args
 from forge.training.grpo import RolloutStats
 from forge.training.pairs import StrongWeakPair
-from forge.training.reward_model import load_frozen_scorer, load_reward_model, score_ids, scorer_by_directory
+from forge.training.reward_model import FrozenScorer, load_reward_model, score_ids
 
 logger = logging.getLogger(__name__)
 
@@ -216,20 +216,9 @@ def train_pairwise_rm(
 # --- pair-wise GRPO reward --------------------------------------------------------------------------------------
 
 
-class PairwiseScorer:
-    """A frozen pairwise RM: ``margin(history, x, y)`` = ½ (d(x, y) − d(y, x)), antisymmetric by construction."""
-
-    def __init__(self, model_dir: str | Path, max_length: int = 1024, batch_size: int = 16,
-                 device: str | torch.device | None = None, bf16: bool = False) -> None:
-        """Loaded as :class:`forge.training.reward_model.RewardScorer` is: frozen, on ``device`` (default: the
-        policy's), in bf16 when asked."""
-        self.model, self.tokenizer = load_frozen_scorer(model_dir, device, bf16)
-        self.model_dir, self.bf16 = str(model_dir), bf16
-        self.max_length = max_length
-        self.batch_size = batch_size
-
-    def __reduce__(self):
-        return scorer_by_directory(self)
+class PairwiseScorer(FrozenScorer):
+    """A frozen pairwise RM: ``margin(history, x, y)`` = ½ (d(x, y) − d(y, x)), antisymmetric by construction
+    (loaded as :class:`forge.training.reward_model.FrozenScorer` says)."""
 
     def both_orders(self, histories: list[Chat], xs: list[str], ys: list[str]) -> list[tuple[float, float]]:
         """``(d(x, y), d(y, x))`` per item: the verdict with x in slot A, then with the two swapped."""

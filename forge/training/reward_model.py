@@ -84,11 +84,50 @@ def load_frozen_scorer(model_dir: str | Path, device: str | torch.device | None,
     return model.eval().requires_grad_(False), tokenizer
 
 
-def scorer_by_directory(scorer) -> tuple:
-    """How a frozen scorer is pickled: its class, directory and settings, not its weights. A GRPO stage's reward
-    crosses to each rank of a launched stage (forge/training/launch.py) this way and loads its RM there, on that
-    rank's device (:func:`forge.training.checkpoints.training_device`), as a 3B RM should not travel as a pickle."""
-    return type(scorer), (scorer.model_dir, scorer.max_length, scorer.batch_size, None, scorer.bf16)
+class FrozenScorer:
+    """A frozen reward model read from ``model_dir`` (:func:`load_frozen_scorer`), loaded when it first scores.
+
+    It pickles as its directory and settings, never its weights: a GRPO stage's reward is built in the task and
+    crosses to each rank of a launched stage (forge/training/launch.py), which loads the RM on its own device
+    (:func:`forge.training.checkpoints.training_device`) as it unpickles it. The task itself then never holds a
+    copy.
+
+    Args:
+        model_dir: a saved RM.
+        max_length: tokens read per input (left-truncated).
+        batch_size: inputs per forward pass.
+        device: where it scores (default: :func:`forge.training.checkpoints.training_device`, the policy's; a
+            pickled scorer always takes its rank's).
+        bf16: score in bf16 (the profile's ``runtime.bf16``).
+    """
+
+    def __init__(self, model_dir: str | Path, max_length: int = 1024, batch_size: int = 16,
+                 device: str | torch.device | None = None, bf16: bool = False) -> None:
+        self.model_dir, self.max_length, self.batch_size = str(model_dir), max_length, batch_size
+        self.device, self.bf16 = device, bf16
+        self._loaded: tuple | None = None
+
+    def _load(self) -> tuple:
+        if self._loaded is None:
+            self._loaded = load_frozen_scorer(self.model_dir, self.device, self.bf16)
+        return self._loaded
+
+    @property
+    def model(self):
+        return self._load()[0]
+
+    @property
+    def tokenizer(self):
+        return self._load()[1]
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_loaded": None, "device": None}
+
+    def __setstate__(self, state: dict) -> None:
+        # A rank unpickles its job before any process group exists, and loads now: under an FSDP config a
+        # from_pretrained once the group is up gives zeros on every rank but the first (docs/scale.md).
+        self.__dict__.update(state)
+        self._load()
 
 
 @torch.inference_mode()
@@ -243,26 +282,9 @@ def _fmt(by_source: dict[str, float]) -> str:
     return ", ".join(f"{name} {acc:.3f}" for name, acc in by_source.items())
 
 
-class RewardScorer:
-    """A frozen point-wise RM that scores (history, answer) chats; what GRPO's reward function calls.
-
-    Args:
-        model_dir: a saved RM (``train_reward_model``'s output).
-        max_length: tokens read per chat (left-truncated).
-        batch_size: chats per forward pass.
-        device: where it scores (default: :func:`forge.training.checkpoints.training_device`, the policy's).
-        bf16: score in bf16 (the profile's ``runtime.bf16``).
-    """
-
-    def __init__(self, model_dir: str | Path, max_length: int = 1024, batch_size: int = 16,
-                 device: str | torch.device | None = None, bf16: bool = False) -> None:
-        self.model, self.tokenizer = load_frozen_scorer(model_dir, device, bf16)
-        self.model_dir, self.bf16 = str(model_dir), bf16
-        self.max_length = max_length
-        self.batch_size = batch_size
-
-    def __reduce__(self):
-        return scorer_by_directory(self)
+class RewardScorer(FrozenScorer):
+    """A frozen point-wise RM that scores (history, answer) chats; what GRPO's reward function calls
+    (``model_dir``: ``train_reward_model``'s output; the settings: :class:`FrozenScorer`)."""
 
     def score(self, histories: list[Chat], answers: list[str]) -> list[float]:
         seqs = [encode_scored_chat(self.tokenizer, h, a, self.max_length)
