@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import IO, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -69,7 +69,7 @@ class ReadResult(Generic[T]):
         return self.n_bad / self.n_total if self.n_total else 0.0
 
 
-def _open_bytes(path: Path):
+def open_bytes(path: Path):
     return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
 
 
@@ -104,10 +104,18 @@ def iter_raw_lines(path: Path) -> Iterator[tuple[int, str]]:
     Each line is decoded on its own, so bytes that are not UTF-8 spoil only their line (it comes back as a
     :class:`_NotUTF8` that validation reports as ``<encoding>``); a byte-order mark opening the file is dropped.
     """
-    with _open_bytes(path) as fh:
+    for line_no, _, line in _lines_at(path):
+        yield line_no, line
+
+
+def _lines_at(path: Path) -> Iterator[tuple[int, int, str]]:
+    """:func:`iter_raw_lines` with each line's byte offset in the (decompressed) file, for :func:`read_row_at`."""
+    offset = 0
+    with open_bytes(path) as fh:
         for i, data in enumerate(fh, start=1):
-            if i == 1:
-                data = data.removeprefix(b"\xef\xbb\xbf")
+            start, offset = offset, offset + len(data)
+            if i == 1 and data.startswith(b"\xef\xbb\xbf"):
+                data, start = data[3:], start + 3
             data = data.rstrip(b"\r\n")
             try:
                 line = data.decode("utf-8")
@@ -115,7 +123,35 @@ def iter_raw_lines(path: Path) -> Iterator[tuple[int, str]]:
                 line = _NotUTF8(data.decode("utf-8", errors="replace"))
                 line.reason = f"not UTF-8: byte 0x{data[err.start]:02x} at column {err.start + 1}"
             if line.strip():
-                yield i, line
+                yield i, start, line
+
+
+def scan_jsonl(path: str | os.PathLike, schema: type[T], *, max_bad_ratio: float = 1.0
+               ) -> Iterator[tuple[int, T]]:
+    """``(byte offset, row)`` for every good line of ``path``, one at a time (memory bounded by the longest line):
+    the streaming form of :func:`read_jsonl`, for files too large to hold. Bad lines are skipped and counted; once
+    the file is read, more than ``max_bad_ratio`` of them raise :class:`BadDataError` as read_jsonl does. Read a
+    row again with :func:`read_row_at`."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such data file")
+    n_total, bad_lines, first_bad = 0, 0, []
+    for line_no, offset, raw in _lines_at(path):
+        n_total += 1
+        row, errors = _validate(raw, schema, str(path), line_no)
+        if row is not None:
+            yield offset, row
+            continue
+        bad_lines += 1
+        if len(first_bad) < SHOW_FIRST:
+            first_bad.append(errors[0])
+    _refuse_if_too_bad(path, bad_lines, n_total, first_bad, max_bad_ratio)
+
+
+def read_row_at(fh: IO[bytes], offset: int, schema: type[T]) -> T:
+    """The row whose line starts at ``offset`` of the open binary file ``fh`` (an offset from :func:`scan_jsonl`)."""
+    fh.seek(offset)
+    return schema.model_validate(json.loads(fh.readline()))
 
 
 def read_jsonl(
@@ -144,14 +180,18 @@ def read_jsonl(
         result.bad.extend(errors)
     if quarantine_dir is not None and result.bad:
         result.quarantine_file = quarantine_lines(result.bad, Path(quarantine_dir), path)
-    if result.bad_ratio > max_bad_ratio:
-        first = "\n".join(f"  {b}" for b in result.bad[:SHOW_FIRST])
-        where = f"; quarantined to {result.quarantine_file}" if result.quarantine_file else ""
-        raise BadDataError(
-            f"{path}: {result.n_bad} of {result.n_total} lines are bad ({result.bad_ratio:.1%} > allowed "
-            f"{max_bad_ratio:.1%}){where}. First bad lines:\n{first}"
-        )
+    _refuse_if_too_bad(path, result.n_bad, result.n_total, result.bad, max_bad_ratio, result.quarantine_file)
     return result
+
+
+def _refuse_if_too_bad(path: Path, n_bad: int, n_total: int, bad: list[BadLine], max_bad_ratio: float,
+                       quarantined: Path | None = None) -> None:
+    ratio = n_bad / n_total if n_total else 0.0
+    if ratio > max_bad_ratio:
+        first = "\n".join(f"  {b}" for b in bad[:SHOW_FIRST])
+        where = f"; quarantined to {quarantined}" if quarantined else ""
+        raise BadDataError(f"{path}: {n_bad} of {n_total} lines are bad ({ratio:.1%} > allowed "
+                           f"{max_bad_ratio:.1%}){where}. First bad lines:\n{first}")
 
 
 def _stem(path: Path) -> str:

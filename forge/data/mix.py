@@ -23,14 +23,16 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from forge.atomic import atomic_dir
 from forge.config import MixConfig
-from forge.data.jsonl import dump_row, read_jsonl, write_jsonl
+from forge.data.jsonl import dump_row, open_bytes, read_jsonl, read_row_at, scan_jsonl, write_jsonl
 from forge.data.schemas import ChatSample, PreferencePair
 
 
@@ -72,12 +74,31 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _load_pool(pool: list[ChatSample] | str | Path, cfg: MixConfig) -> tuple[list[ChatSample], str]:
-    if isinstance(pool, (str, Path)):
-        res = read_jsonl(pool, ChatSample, max_bad_ratio=cfg.max_bad_ratio)
-        return res.rows, _sha256_file(Path(pool))
-    blob = "".join(dump_row(r) + "\n" for r in pool).encode()
-    return list(pool), hashlib.sha256(blob).hexdigest()
+class _Pool:
+    """One domain's pool as the mix reads it: every good row's id, and a way to read any row again.
+
+    A pool file is read once, a row at a time, keeping only each row's id and byte offset; the rows the mix takes
+    are parsed again when their tokens are counted and when they are written. So memory grows with the pool's row
+    count, not its text (tests/data/test_mix.py measures it). A list of rows is its own index."""
+
+    def __init__(self, pool: list[ChatSample] | str | Path, cfg: MixConfig, stack: ExitStack):
+        if isinstance(pool, (str, Path)):
+            self.ids, self._offsets = [], array("q")
+            for offset, row in scan_jsonl(pool, ChatSample, max_bad_ratio=cfg.max_bad_ratio):
+                self.ids.append(row.id)
+                self._offsets.append(offset)
+            self._file = stack.enter_context(open_bytes(Path(pool)))
+            self._rows = None
+            self.sha256 = _sha256_file(Path(pool))
+        else:
+            self._rows = list(pool)
+            self.ids = [r.id for r in self._rows]
+            self.sha256 = hashlib.sha256("".join(dump_row(r) + "\n" for r in self._rows).encode()).hexdigest()
+
+    def row(self, i: int) -> ChatSample:
+        if self._rows is not None:
+            return self._rows[i]
+        return read_row_at(self._file, self._offsets[i], ChatSample)
 
 
 def _heldout_quota(domains: list[str], heldout_rows: int) -> dict[str, int]:
@@ -86,7 +107,7 @@ def _heldout_quota(domains: list[str], heldout_rows: int) -> dict[str, int]:
     return {d: base + (1 if i < extra else 0) for i, d in enumerate(domains)}
 
 
-def _select(rows: list[ChatSample], tokens_of: Callable[[ChatSample], int], target: int) -> tuple[list, int]:
+def _select(rows: list[int], tokens_of: Callable[[int], int], target: int) -> tuple[list[int], int]:
     """Greedy fill in the given (shuffled) order: take a row if it still fits under the target; stop once the
     remaining gap is smaller than every row could close. Returns (rows, tokens)."""
     chosen, total = [], 0
@@ -112,6 +133,9 @@ def build_mix(
 ) -> Manifest:
     """Choose rows per domain to match the token shares, write shards + heldout + manifest; return the manifest.
 
+    Pools are streamed (:class:`_Pool`): a row's tokens are counted only when the greedy fill reaches it, and the
+    output is written a row at a time, so a mix of billions of tokens builds in memory bounded by the row count.
+
     Raises :class:`MixError` when a domain's pool (minus its held-out rows) has fewer tokens than its target,
     or when the resulting shares miss their targets by more than ``cfg.tolerance``.
     """
@@ -121,63 +145,61 @@ def build_mix(
     if missing:
         raise MixError(f"no pool given for domain(s) {', '.join(missing)} (have: {', '.join(sorted(pools))})")
     quota = _heldout_quota(domains, heldout_rows)
-    cache: dict[str, int] = {}
+    with ExitStack() as stack:
+        index: dict[str, _Pool] = {}
+        train: dict[str, list[int]] = {}
+        heldout: dict[str, list[int]] = {}
+        pool_sizes: dict[str, int] = {}
+        train_tokens: dict[str, int] = {}
+        seen_ids: set[str] = set()
+        for domain in domains:
+            pool = index[domain] = _Pool(pools[domain], cfg, stack)
+            unique = []
+            for i, rid in enumerate(pool.ids):
+                if rid not in seen_ids:  # a row can sit in only one place: train of one domain, or heldout
+                    seen_ids.add(rid)
+                    unique.append(i)
+            pool_sizes[domain] = len(unique)
+            order = sorted(unique, key=lambda i, ids=pool.ids: ids[i])  # the file's order must not matter
+            random.Random(f"{cfg.seed}:{domain}").shuffle(order)
+            heldout[domain], candidates = order[: quota[domain]], order[quota[domain] :]
+            target = round(shares[domain] * cfg.total_tokens)
+            train[domain], train_tokens[domain] = _select(candidates, lambda i, p=pool: int(count_tokens(p.row(i))),
+                                                          target)
+            if train_tokens[domain] < target and len(train[domain]) == len(candidates):
+                raise MixError(
+                    f"pool for domain {domain!r} is too small: the mix needs {target} tokens ({shares[domain]:.1%} "
+                    f"of {cfg.total_tokens}) but the pool has only {train_tokens[domain]} tokens in "
+                    f"{len(candidates)} rows after holding out {len(heldout[domain])}; grow the pool "
+                    f"(pools.max_rows_per_source) or lower mix.total_tokens"
+                )
 
-    def tokens_of(row: ChatSample) -> int:
-        if row.id not in cache:
-            cache[row.id] = int(count_tokens(row))
-        return cache[row.id]
-
-    train: dict[str, list[ChatSample]] = {}
-    heldout: dict[str, list[ChatSample]] = {}
-    sources: dict[str, str] = {}
-    pool_sizes: dict[str, int] = {}
-    train_tokens: dict[str, int] = {}
-    seen_ids: set[str] = set()
-    for domain in domains:
-        rows, sources[domain] = _load_pool(pools[domain], cfg)
-        unique = []
-        for r in rows:
-            if r.id not in seen_ids:  # a row can sit in only one place: train of one domain, or heldout
-                seen_ids.add(r.id)
-                unique.append(r)
-        pool_sizes[domain] = len(unique)
-        order = sorted(unique, key=lambda r: r.id)  # the file's order must not matter, only its content
-        random.Random(f"{cfg.seed}:{domain}").shuffle(order)
-        heldout[domain], candidates = order[: quota[domain]], order[quota[domain] :]
-        target = round(shares[domain] * cfg.total_tokens)
-        train[domain], train_tokens[domain] = _select(candidates, tokens_of, target)
-        if train_tokens[domain] < target and len(train[domain]) == len(candidates):
-            raise MixError(
-                f"pool for domain {domain!r} is too small: the mix needs {target} tokens "
-                f"({shares[domain]:.1%} of {cfg.total_tokens}) but the pool has only {train_tokens[domain]} tokens "
-                f"in {len(candidates)} rows after holding out {len(heldout[domain])}; grow the pool "
-                f"(pools.max_rows_per_source) or lower mix.total_tokens"
-            )
-
-    total = sum(train_tokens.values())
-    stats = {
-        d: DomainStats(rows=len(train[d]), tokens=train_tokens[d], target_tokens=round(shares[d] * cfg.total_tokens),
-                       target_share=shares[d], actual_share=train_tokens[d] / total if total else 0.0,
-                       heldout_rows=len(heldout[d]), pool_rows=pool_sizes[d])
-        for d in domains
-    }
-    all_train = [r for d in domains for r in train[d]]
-    random.Random(f"{cfg.seed}:shards").shuffle(all_train)
-    shard_names = [f"train-{i:04d}-of-{cfg.num_shards:04d}.jsonl" for i in range(cfg.num_shards)]
-    manifest = Manifest(name=cfg.name, total_tokens=total, target_total_tokens=cfg.total_tokens, domains=stats,
-                        shards=shard_names, heldout_file="heldout.jsonl", sources=sources,
-                        config=cfg.model_dump(mode="json"), review=review)
-    if manifest.max_share_error() > cfg.tolerance:
-        worst = max(stats, key=lambda d: abs(stats[d].actual_share - stats[d].target_share))
-        raise MixError(f"domain {worst!r} share {stats[worst].actual_share:.4f} misses its target "
-                       f"{stats[worst].target_share:.4f} by more than {cfg.tolerance} (rows are too long for the "
-                       f"token budget: raise mix.total_tokens)")
-    with atomic_dir(out_dir) as tmp:
-        for i, name in enumerate(shard_names):
-            write_jsonl(tmp / name, all_train[i :: cfg.num_shards])
-        write_jsonl(tmp / "heldout.jsonl", [r for d in domains for r in heldout[d]])
-        (tmp / "manifest.json").write_text(json.dumps(manifest.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
+        total = sum(train_tokens.values())
+        stats = {
+            d: DomainStats(rows=len(train[d]), tokens=train_tokens[d],
+                           target_tokens=round(shares[d] * cfg.total_tokens), target_share=shares[d],
+                           actual_share=train_tokens[d] / total if total else 0.0, heldout_rows=len(heldout[d]),
+                           pool_rows=pool_sizes[d])
+            for d in domains
+        }
+        all_train = [(d, i) for d in domains for i in train[d]]
+        random.Random(f"{cfg.seed}:shards").shuffle(all_train)
+        shard_names = [f"train-{i:04d}-of-{cfg.num_shards:04d}.jsonl" for i in range(cfg.num_shards)]
+        manifest = Manifest(name=cfg.name, total_tokens=total, target_total_tokens=cfg.total_tokens, domains=stats,
+                            shards=shard_names, heldout_file="heldout.jsonl",
+                            sources={d: index[d].sha256 for d in domains}, config=cfg.model_dump(mode="json"),
+                            review=review)
+        if manifest.max_share_error() > cfg.tolerance:
+            worst = max(stats, key=lambda d: abs(stats[d].actual_share - stats[d].target_share))
+            raise MixError(f"domain {worst!r} share {stats[worst].actual_share:.4f} misses its target "
+                           f"{stats[worst].target_share:.4f} by more than {cfg.tolerance} (rows are too long for "
+                           f"the token budget: raise mix.total_tokens)")
+        with atomic_dir(out_dir) as tmp:
+            for k, name in enumerate(shard_names):
+                write_jsonl(tmp / name, (index[d].row(i) for d, i in all_train[k :: cfg.num_shards]))
+            write_jsonl(tmp / "heldout.jsonl", (index[d].row(i) for d in domains for i in heldout[d]))
+            (tmp / "manifest.json").write_text(
+                json.dumps(manifest.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
     return manifest
 
 
@@ -207,26 +229,27 @@ def write_refined_mix(
             raise MixError(f"two refined rows replace the same row {parent}")
         by_parent[parent] = row
     tokens = {d: s.tokens for d, s in draft.domains.items()}
-    shards: dict[str, list[ChatSample]] = {}
-    for name in draft.shards:
-        shards[name] = []
-        for row in read_jsonl(Path(draft_dir) / name, ChatSample).rows:
+
+    def replaced(shard: Path) -> Iterator[ChatSample]:  # a shard's rows, one at a time, refined ones swapped in
+        for _, row in scan_jsonl(shard, ChatSample):
             new = by_parent.pop(row.id, None)
             if new is not None:
                 tokens[row.domain] += count_tokens(new) - count_tokens(row)
-            shards[name].append(row if new is None else new)
-    if by_parent:
-        raise MixError(f"{len(by_parent)} refined row(s) name a parent that is not a train row of {draft_dir}, "
-                       f"e.g. {next(iter(by_parent))}")
-    total = sum(tokens.values())
-    domains = {d: s.model_copy(update={"tokens": tokens[d], "actual_share": tokens[d] / total if total else 0.0})
-               for d, s in draft.domains.items()}
-    manifest = draft.model_copy(update={"total_tokens": total, "domains": domains,
-                                        "refinement": {**counts, "pairs_file": REFINEMENT_PAIRS}})
+            yield row if new is None else new
+
     with atomic_dir(out_dir) as tmp:
-        for name, rows in shards.items():
-            write_jsonl(tmp / name, rows)
-        write_jsonl(tmp / draft.heldout_file, read_jsonl(Path(draft_dir) / draft.heldout_file, ChatSample).rows)
+        for name in draft.shards:
+            write_jsonl(tmp / name, replaced(Path(draft_dir) / name))
+        if by_parent:
+            raise MixError(f"{len(by_parent)} refined row(s) name a parent that is not a train row of {draft_dir}, "
+                           f"e.g. {next(iter(by_parent))}")
+        total = sum(tokens.values())
+        domains = {d: s.model_copy(update={"tokens": tokens[d], "actual_share": tokens[d] / total if total else 0.0})
+                   for d, s in draft.domains.items()}
+        manifest = draft.model_copy(update={"total_tokens": total, "domains": domains,
+                                            "refinement": {**counts, "pairs_file": REFINEMENT_PAIRS}})
+        write_jsonl(tmp / draft.heldout_file, (r for _, r in scan_jsonl(Path(draft_dir) / draft.heldout_file,
+                                                                          ChatSample)))
         write_jsonl(tmp / REFINEMENT_PAIRS, pairs)
         (tmp / "manifest.json").write_text(json.dumps(manifest.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
     return manifest

@@ -28,18 +28,21 @@ A row that fails validation is written to ``<home>/quarantine/pools.<name>.bad.j
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from forge.atomic import atomic_write_text
+from forge.atomic import atomic_write_text, fsync_path
 from forge.config import DOMAINS, PoolsConfig
 from forge.data import corpora as C
 from forge.data.calc import CalcError, evaluate, format_number, parse_number
-from forge.data.jsonl import write_jsonl
+from forge.data.jsonl import dump_row
 from forge.data.schemas import ChatSample, CodeProblem, CodeTest, Message, PreferencePair, SearchQA
 from forge.data.trajectories import (
     DEEP_SEARCH_TOOLS,
@@ -60,12 +63,14 @@ R1_TRAIN = "multihop_qa_r1searcher/train_stage_2.jsonl.gz"
 
 
 class PoolBuilder:
-    """Collects rows for one output file; invalid rows and eval leaks go to a quarantine list."""
+    """Writes one pool's file a row at a time as rows come (what it keeps is their ids: the profile's own sources can
+    be far larger than memory); invalid rows and eval leaks go to a quarantine list. ``close`` before reading it."""
 
-    def __init__(self, name: str, guard: C.LeakGuard | None):
-        self.name, self.guard = name, guard
-        self.rows: dict[str, BaseModel] = {}
+    def __init__(self, name: str, guard: C.LeakGuard | None, path: Path):
+        self.name, self.guard, self.path = name, guard, path
+        self.ids: set[str] = set()
         self.bad: list[dict] = []
+        self._out = open(path, "w", encoding="utf-8")  # noqa: SIM115 (closed by close(), after every source)
 
     def add(self, make: Callable[[], BaseModel | None], where: str, text_of: Callable[[BaseModel], str]) -> None:
         try:
@@ -78,7 +83,12 @@ class PoolBuilder:
         if self.guard is not None and self.guard.leaks(text_of(row)):
             self.bad.append({"where": where, "reason": ["shares a 13-word run with an evaluation item"]})
             return
-        self.rows.setdefault(row.id, row)  # identical content → identical id → kept once
+        if row.id not in self.ids:  # identical content → identical id → kept once
+            self.ids.add(row.id)
+            self._out.write(dump_row(row) + "\n")
+
+    def close(self) -> None:
+        self._out.close()
 
 
 def chat_text(row: ChatSample) -> str:
@@ -200,14 +210,26 @@ def _take(items: Iterable, cap: int) -> list:
     return list(items)[:cap]
 
 
-def build_pool_rows(corpora: Path, cfg: PoolsConfig) -> tuple[dict[str, PoolBuilder], dict]:
-    """Every pool and side set in memory (no writes): builders by output name, and a report: rows per pool
-    (``rows``) and what each of the profile's own sources gave (``sources``: licence, rows kept, records refused)."""
-    cap, seed = cfg.max_rows_per_source, cfg.seed
+def build_pool_rows(corpora: Path, cfg: PoolsConfig, out_dir: Path) -> tuple[dict[str, PoolBuilder], dict]:
+    """Every pool and side set written to ``out_dir/<name>.jsonl`` as its rows are made: builders by output name
+    (closed), and a report: rows per pool (``rows``) and what each of the profile's own sources gave (``sources``:
+    licence, rows kept, records refused)."""
     guard = C.LeakGuard.from_corpora(corpora)
-    out = {name: PoolBuilder(name, guard) for name in (*DOMAINS, "preferences", "code_problems", "search_qa")}
-    out["code_eval"] = PoolBuilder("code_eval", None)  # eval sets are meant to match themselves
-    out["search_qa_eval"] = PoolBuilder("search_qa_eval", None)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    names = (*DOMAINS, "preferences", "code_problems", "search_qa", "code_eval", "search_qa_eval")
+    # eval sets are meant to match themselves: no leak guard on them
+    out = {name: PoolBuilder(name, None if name.endswith("_eval") else guard, out_dir / f"{name}.jsonl")
+           for name in names}
+    try:
+        sources = _add_rows(corpora, cfg, out)
+    finally:
+        for b in out.values():
+            b.close()
+    return out, {"rows": {name: len(b.ids) for name, b in out.items()}, "sources": sources}
+
+
+def _add_rows(corpora: Path, cfg: PoolsConfig, out: dict[str, PoolBuilder]) -> list[dict]:
+    cap, seed = cfg.max_rows_per_source, cfg.seed
 
     # GSM8K train: three disjoint slices (stem, tool_use, code), so no question is taught twice.
     gsm = _shuffled(C.load_gsm8k(corpora, "train"), seed, "gsm8k")
@@ -245,8 +267,7 @@ def build_pool_rows(corpora: Path, cfg: PoolsConfig) -> tuple[dict[str, PoolBuil
         out["general"].add(lambda p=pair, i=i: hh_chat(p, i), f"{HH}:{i}", chat_text)
 
     _deep_search(corpora, cfg, out)
-    sources = _external(cfg, out)
-    return out, {"rows": {name: len(b.rows) for name, b in out.items()}, "sources": sources}
+    return _external(cfg, out)
 
 
 def _external(cfg: PoolsConfig, out: dict[str, PoolBuilder]) -> list[dict]:
@@ -258,7 +279,7 @@ def _external(cfg: PoolsConfig, out: dict[str, PoolBuilder]) -> list[dict]:
     report = []
     for domain, sources in cfg.sources.items():
         for src in sources:
-            pool, rows_before, bad_before = out[domain], len(out[domain].rows), len(out[domain].bad)
+            pool, rows_before, bad_before = out[domain], len(out[domain].ids), len(out[domain].bad)
             for n, (file, i, record) in enumerate(iter_records(src), 1):
                 if src.max_rows and n > src.max_rows:
                     break
@@ -268,7 +289,7 @@ def _external(cfg: PoolsConfig, out: dict[str, PoolBuilder]) -> list[dict]:
                     continue
                 pool.add(lambda r=record, w=where, s=src, d=domain: to_chat_sample(r, s, d, w), where, chat_text)
             report.append({"name": src.name or src.path, "path": src.path, "domain": domain, "licence": src.licence,
-                           "rows": len(pool.rows) - rows_before, "bad": len(pool.bad) - bad_before})
+                           "rows": len(pool.ids) - rows_before, "bad": len(pool.bad) - bad_before})
     return report
 
 
@@ -332,24 +353,32 @@ def humaneval_problem(prob: dict) -> CodeProblem:
 
 
 def build_pools(ws: Workspace, cfg: PoolsConfig) -> dict[str, Path]:
-    """Write every pool to ``ws.pools/<name>.jsonl`` atomically; returns name → path."""
-    builders, report = build_pool_rows(ws.corpora, cfg)
-    # The profile's own sources, with their licences and counts, versioned with the data they gave (only when
-    # there are any: a profile without sources writes exactly the files it always did).
-    listing = ws.pools / "sources.json"
-    if report["sources"]:
-        atomic_write_text(listing, json.dumps(report["sources"], indent=1, ensure_ascii=False) + "\n")
-    else:
-        listing.unlink(missing_ok=True)
-    paths = {}
-    for name, b in builders.items():
-        paths[name] = ws.pools / f"{name}.jsonl"
-        write_jsonl(paths[name], b.rows.values())
-        bad_file = ws.quarantine / f"pools.{name}.bad.jsonl"
-        if b.bad:
-            atomic_write_text(bad_file, "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in b.bad))
+    """Write every pool to ``ws.pools/<name>.jsonl``; returns name → path. The files are written in a scratch folder
+    beside them and moved in only once all are complete, so a failed build leaves the last pools as they were."""
+    ws.pools.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".building-", dir=ws.pools))
+    try:
+        builders, report = build_pool_rows(ws.corpora, cfg, scratch)
+        # The profile's own sources, with their licences and counts, versioned with the data they gave (only when
+        # there are any: a profile without sources writes exactly the files it always did).
+        listing = ws.pools / "sources.json"
+        if report["sources"]:
+            atomic_write_text(listing, json.dumps(report["sources"], indent=1, ensure_ascii=False) + "\n")
         else:
-            bad_file.unlink(missing_ok=True)
+            listing.unlink(missing_ok=True)
+        paths = {}
+        for name, b in builders.items():
+            paths[name] = ws.pools / f"{name}.jsonl"
+            fsync_path(b.path)
+            os.replace(b.path, paths[name])
+            bad_file = ws.quarantine / f"pools.{name}.bad.jsonl"
+            if b.bad:
+                atomic_write_text(bad_file, "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in b.bad))
+            else:
+                bad_file.unlink(missing_ok=True)
+        fsync_path(ws.pools)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return paths
 
 

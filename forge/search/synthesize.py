@@ -23,11 +23,12 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
 from forge.config import DeepSearchConfig
-from forge.data.jsonl import read_jsonl, write_jsonl
+from forge.data.jsonl import read_jsonl, scan_jsonl, write_jsonl
 from forge.data.schemas import ChatSample, SearchQA, SearchTrajectory, TurnVerdict
 from forge.search.agents import SCRIPTED_AGENTS, ReActAgent
 from forge.search.critic import judge_trajectory, llm_judge
@@ -165,13 +166,13 @@ def merge_shards(ws: Workspace, cfg: DeepSearchConfig, shards: list[dict[str, An
 
 
 def write_pools(out: Path, samples: list[ChatSample], pool_paths: dict[str, str]) -> dict[str, str]:
-    """deep_search / tool_use pools: the existing pool rows (``pool_paths``), plus ``samples``."""
+    """deep_search / tool_use pools: the existing pool rows (``pool_paths``, streamed: a profile's own sources can
+    make them large), plus ``samples``."""
     paths = {}
     for domain in ("deep_search", "tool_use"):
-        rows = read_jsonl(pool_paths[domain], ChatSample).rows if domain in pool_paths else []
-        rows += [s for s in samples if s.domain == domain]
+        existing = (row for _, row in scan_jsonl(pool_paths[domain], ChatSample)) if domain in pool_paths else ()
         paths[domain] = str(out / f"{domain}.jsonl")
-        write_jsonl(paths[domain], rows)
+        write_jsonl(paths[domain], chain(existing, (s for s in samples if s.domain == domain)))
     return paths
 
 

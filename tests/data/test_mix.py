@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import random
+import tracemalloc
 
 import pytest
 
 from forge.config import MixConfig
-from forge.data.jsonl import read_jsonl
+from forge.data.jsonl import read_jsonl, write_jsonl
 from forge.data.mix import MixError, build_mix, read_manifest
-from forge.data.schemas import ChatSample
+from forge.data.pools import chat_text
+from forge.data.schemas import ChatSample, Message
 
 CFG = MixConfig(name="test-mix", total_tokens=60_000, num_shards=3, seed=7)
 
@@ -65,3 +68,29 @@ def test_too_small_pool_names_domain_and_tokens(tmp_path, chat_pools, bpe_count_
     with pytest.raises(MixError, match=r"'general' is too small: the mix needs \d+ tokens .* only \d+ tokens"):
         build_mix(pools, CFG, bpe_count_tokens, tmp_path / "small", heldout_rows=10)
     assert not (tmp_path / "small").exists()  # nothing half-written
+
+
+def test_a_mix_builds_in_memory_bounded_by_rows_not_text(tmp_path, chat_pools):
+    """Pools of ~24 MB of text: the mix streams them (an id and an offset per row; only rows it takes are parsed),
+    so its peak Python allocation stays far below the pools' size. Reading the pools whole (as build_mix did
+    before) peaks above their size: pydantic rows take more memory than their JSON."""
+    rng = random.Random(0)
+    words = [w for rows in chat_pools.values() for r in rows[:20] for w in chat_text(r).split()]
+    paths = {}
+    for domain in ("code", "deep_search", "stem", "tool_use", "general"):
+        rows = (ChatSample.build(domain=domain, source="test", messages=[
+            Message(role="user", content=" ".join(rng.choices(words, k=60))),
+            Message(role="assistant", content=" ".join(rng.choices(words, k=600)))]) for _ in range(1200))
+        write_jsonl(paths.setdefault(domain, tmp_path / f"{domain}.jsonl"), rows)
+    pool_bytes = sum(p.stat().st_size for p in paths.values())
+    cfg = CFG.model_copy(update={"total_tokens": 200_000})
+    words_in = lambda s: sum(len(m.content.split()) for m in s.messages)
+    tracemalloc.start()
+    try:
+        manifest = build_mix(paths, cfg, words_in, tmp_path / "mix", heldout_rows=10)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert pool_bytes > 20 * 2**20
+    assert manifest.total_tokens >= 0.98 * cfg.total_tokens and manifest.max_share_error() <= cfg.tolerance
+    assert peak < pool_bytes / 8, f"peak {peak / 2**20:.1f} MB for {pool_bytes / 2**20:.1f} MB of pools"

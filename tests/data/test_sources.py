@@ -13,7 +13,9 @@ import pytest
 from datasets import Dataset
 
 from forge.config import ConfigError, PoolsConfig, SourceConfig, load_profile
+from forge.data.jsonl import read_jsonl
 from forge.data.pools import build_pool_rows, build_pools
+from forge.data.schemas import ChatSample
 from forge.data.sources import SourceError, iter_records
 
 
@@ -46,18 +48,18 @@ def sources(tmp_path, wiki_docs):
     }
 
 
-def test_three_formats_join_their_domains_and_bad_records_are_named_not_fatal(workspace, sources):
-    plain, _ = build_pool_rows(workspace.corpora, PoolsConfig(max_rows_per_source=10))
-    built, _ = build_pool_rows(workspace.corpora, PoolsConfig(max_rows_per_source=10, sources=sources))
+def test_three_formats_join_their_domains_and_bad_records_are_named_not_fatal(workspace, sources, tmp_path):
+    plain, _ = build_pool_rows(workspace.corpora, PoolsConfig(max_rows_per_source=10), tmp_path / "plain")
+    built, _ = build_pool_rows(workspace.corpora, PoolsConfig(max_rows_per_source=10, sources=sources), tmp_path / "b")
 
     def added(domain: str, source: str) -> list:
-        return [r for r in built[domain].rows.values() if r.source == source]
+        return [r for r in read_jsonl(built[domain].path, ChatSample, max_bad_ratio=0.0).rows if r.source == source]
 
     assert len(added("general", "wiki-chats")) == 18  # 20 records, 2 bad
     assert len(added("stem", str(sources["stem"][0].path))) == 19  # 20, 1 empty response
     assert len(added("deep_search", sources["deep_search"][0].path)) == 15  # max_rows
     for domain in ("general", "stem", "deep_search"):  # corpora/'s rows are still there
-        assert set(plain[domain].rows) <= set(built[domain].rows)
+        assert plain[domain].ids <= built[domain].ids
     row = added("general", "wiki-chats")[0]
     assert [m.role for m in row.messages] == ["user", "assistant"] and row.parents[0].endswith("chats.jsonl.gz:1")
     bad = {b["where"]: " ".join(b["reason"]) for b in built["general"].bad + built["stem"].bad
@@ -70,7 +72,7 @@ def test_three_formats_join_their_domains_and_bad_records_are_named_not_fatal(wo
 
 def test_a_missing_column_names_the_field_and_the_columns_there_are(workspace, sources, tmp_path):
     wrong = {"stem": [sources["stem"][0].model_copy(update={"fields": {"prompt": "question", "response": "output"}})]}
-    built, _ = build_pool_rows(workspace.corpora, PoolsConfig(max_rows_per_source=10, sources=wrong))
+    built, _ = build_pool_rows(workspace.corpora, PoolsConfig(max_rows_per_source=10, sources=wrong), tmp_path / "p")
     reasons = [" ".join(b["reason"]) for b in built["stem"].bad if "sft.parquet" in b["where"]]
     assert len(reasons) == 20 and "column 'question' missing" in reasons[0] and "instruction" in reasons[0]
 
@@ -82,8 +84,9 @@ def test_an_eval_leak_in_a_source_is_refused(workspace, tmp_path):
     leak = tmp_path / "leak.jsonl"
     leak.write_text(json.dumps({"p": item["question"], "r": "42"}) + "\n")
     src = SourceConfig(path=str(leak), fields={"prompt": "p", "response": "r"}, licence="test")
-    built, _ = build_pool_rows(workspace.corpora, PoolsConfig(max_rows_per_source=10, sources={"stem": [src]}))
-    assert not [r for r in built["stem"].rows.values() if r.source == str(leak)]
+    cfg = PoolsConfig(max_rows_per_source=10, sources={"stem": [src]})
+    built, _ = build_pool_rows(workspace.corpora, cfg, tmp_path / "pools")
+    assert not [r for r in read_jsonl(built["stem"].path, ChatSample).rows if r.source == str(leak)]
     assert any("evaluation item" in " ".join(b["reason"]) for b in built["stem"].bad)
 
 
