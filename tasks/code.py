@@ -261,11 +261,11 @@ def code_rl_filter_task(
     from forge.generation import local_backend
 
     problems = rl_problems(cfg)
-    backend = local_backend(generation, policy.model_dir)
     ws = Workspace.from_env()
     with ctx.start_run(f"code-rl-filter-stage{stage}", {STAGE_TAG: f"data/code-rl-stage{stage}"}) as run:
-        rows = filter_rl(backend, problems, stage, cfg.num_rollouts, (cfg.keep_k_min, cfg.keep_k_max),
-                         temperature=cfg.filter_temperature, max_new_tokens=cfg.max_new_tokens, seed=seed)
+        with local_backend(generation, policy.model_dir) as backend:
+            rows = filter_rl(backend, problems, stage, cfg.num_rollouts, (cfg.keep_k_min, cfg.keep_k_max),
+                             temperature=cfg.filter_temperature, max_new_tokens=cfg.max_new_tokens, seed=seed)
         log_histogram(f"code_rl_stage{stage}_problem_pass_rate", [r.k / r.n for r in rows], "k / n per problem")
         log_histogram(f"code_rl_stage{stage}_rollout_pass_rate", [x for r in rows for x in r.pass_rates],
                       "pass rate of a rollout")
@@ -388,8 +388,9 @@ def code_grpo_task(
             if held_out:
                 check = {"before": policy.model_dir, "after": str(out)}
                 for label, model_dir in check.items():
-                    verdict = check_policy(local_backend(generation, model_dir), held_out, cfg.check_samples,
-                                           generation.temperature, cfg.max_new_tokens, seed)
+                    with local_backend(generation, model_dir) as backend:
+                        verdict = check_policy(backend, held_out, cfg.check_samples, generation.temperature,
+                                               cfg.max_new_tokens, seed)
                     metrics |= verdict.metrics(f"check_{label}")
         metrics["sft_heldout_loss"] = heldout_chat_loss(out, read_heldout(data.mix_dir), sft, runtime)
         mlflow.log_metrics(metrics)

@@ -48,8 +48,8 @@ def humaneval_task(*, ctx: StageContext, model: Checkpoint, cfg: HumanEvalConfig
 
     problems = load_problems(cfg.limit)
     with ctx.start_run("eval-humaneval", _tags("humaneval", model)) as run:
-        backend = local_backend(generation, model.model_dir, batch_size=cfg.batch_size)
-        completions = generate_completions(backend, problems, cfg, temperature=0.0)
+        with local_backend(generation, model.model_dir, batch_size=cfg.batch_size) as backend:
+            completions = generate_completions(backend, problems, cfg, temperature=0.0)
         report = evaluate_completions(problems, completions, cfg)
         metrics = {"humaneval_pass_at_1": report.pass_at_1, "humaneval_passed": float(report.passed),
                    "humaneval_n": float(report.n)}
@@ -70,8 +70,8 @@ def code_suite_task(*, ctx: StageContext, model: Checkpoint, cfg: CodeSuiteConfi
     from forge.generation import local_backend
 
     with ctx.start_run("eval-code", _tags("code", model)) as run:
-        backend = local_backend(generation, model.model_dir, batch_size=cfg.batch_size)
-        report = evaluate_code_suite(backend, cfg)
+        with local_backend(generation, model.model_dir, batch_size=cfg.batch_size) as backend:
+            report = evaluate_code_suite(backend, cfg)
         metrics = report.metrics()
         items = [{"id": r["problem_id"], "source": r["source"], "score": float(r["solved"]), **r}
                  for r in report.table()]
@@ -91,8 +91,8 @@ def eval_suite_task(*, ctx: StageContext, model: Checkpoint, suite: str, cfg: Su
     ws = Workspace.from_env()
     tags = _tags(suite, model) | ({JUDGE_TAG: judge.ref} if judge is not None else {})
     with ctx.start_run(f"eval-{suite}", tags) as run:
-        backend = local_backend(generation, model.model_dir, batch_size=cfg.batch_size)
-        report = run_model_suite(suite, backend, cfg, ws.corpora, ws=ws, seed=seed, judge=judge)
+        with local_backend(generation, model.model_dir, batch_size=cfg.batch_size) as backend:
+            report = run_model_suite(suite, backend, cfg, ws.corpora, ws=ws, seed=seed, judge=judge)
         metrics = {**report.metrics, f"{suite}_seconds": round(report.seconds, 1)}
         _record(model, suite, run.info.run_id, metrics, report.rows)
     return EvalReport(suite=suite, model=model.ref, run_id=run.info.run_id, metrics=metrics)

@@ -42,9 +42,9 @@ def solution_refinement_task(
     tokenizer = AutoTokenizer.from_pretrained(base.tokenizer_dir)
     prompts = build_rl_prompts(rows, tokenizer, max_prompts=cfg.items, max_prompt_tokens=cfg.max_prompt_length,
                                seed=f"{seed}:solution-refinement", domains=cfg.domains)
-    traces = refine_solutions(teacher_or_local(generation, base.model_dir), refinement_items(rows, prompts),
-                              iterations=iterations, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                              seed=seed)
+    with teacher_or_local(generation, base.model_dir) as backend:
+        traces = refine_solutions(backend, refinement_items(rows, prompts), iterations=iterations,
+                                  max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=seed)
     out = ws.home / "refined" / value_digest(cfg, iterations, generation, base.model_dir, mix.manifest, seed)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "traces.jsonl", "".join(json.dumps(trace_to_dict(t)) + "\n" for t in traces))
@@ -68,8 +68,8 @@ def cot_reconstruction_task(
 
     path = Path(refined.traces_path)
     traces = [trace_from_dict(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
-    reconstruct_cot(teacher_or_local(generation, base.model_dir), traces, max_new_tokens=cfg.max_new_tokens,
-                    temperature=cfg.temperature, seed=seed)
+    with teacher_or_local(generation, base.model_dir) as backend:
+        reconstruct_cot(backend, traces, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=seed)
     rows, _ = refined_outputs(traces)
     write_jsonl(path.parent / "rows.jsonl", rows)
     counts = refinement_counts(traces)

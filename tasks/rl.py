@@ -85,7 +85,8 @@ def rm_pointwise_task(
             prompts = build_rl_prompts(read_mix(data.mix_dir)[0], tokenizer, max_prompts=cfg.forge_pairs,
                                        max_prompt_tokens=cfg.grpo.max_prompt_length, seed=f"{seed}:rm-pointwise")
             budget = cfg.forge_pair_max_new_tokens
-            weak_answers = _answers(local_backend(generation, weak.model_dir), prompts, generation, budget, seed)
+            with local_backend(generation, weak.model_dir) as weak_model:
+                weak_answers = _answers(weak_model, prompts, generation, budget, seed)
             split = reference_pairs(prompts, weak_answers, tokenizer, budget=budget, eval_pairs=cfg.forge_eval_pairs,
                                     seed=seed)
             train, heldout = train + split.train, heldout + split.heldout
@@ -208,8 +209,11 @@ def rm_pairwise_task(
     tags = ctx.lineage({STAGE_TAG: "rm-pairwise", DATA_MD5_TAG: data.data_md5, PARENT_VERSION_TAG: strong.ref})
     with ctx.start_run("rm-pairwise", tags) as run:
         log_config(cfg)
-        strong_answers = _answers(teacher_or_local(generation, strong.model_dir), prompts, generation, budget, seed)
-        weak_answers = _answers(local_backend(generation, weak.model_dir), prompts, generation, budget, seed)
+        # One engine at a time, each released before the next loads (and before the RM trains on the GPU).
+        with teacher_or_local(generation, strong.model_dir) as strong_model:
+            strong_answers = _answers(strong_model, prompts, generation, budget, seed)
+        with local_backend(generation, weak.model_dir) as weak_model:
+            weak_answers = _answers(weak_model, prompts, generation, budget, seed)
         split = pairwise_pairs(prompts, strong_answers, weak_answers, tokenizer, budget=budget,
                                eval_pairs=cfg.rm.eval_pairs, min_pairs=cfg.min_pairs, seed=seed)
         res = run_training(train_pairwise_rm, runtime, out, log_metrics=metrics_logger(),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import mlflow
 from prefect import task
 
@@ -25,8 +27,8 @@ def synthesize_shard_task(
     from forge.generation import local_backend
     from forge.search.synthesize import synthesize_shard
 
-    local = local_backend(generation, agent_model) if agent_model and generation else None
-    return SearchShard(**synthesize_shard(Workspace.from_env(), cfg, shard, local))
+    with local_backend(generation, agent_model) if agent_model and generation else nullcontext() as local:
+        return SearchShard(**synthesize_shard(Workspace.from_env(), cfg, shard, local))
 
 
 @task(name="review-digest")

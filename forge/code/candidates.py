@@ -71,6 +71,9 @@ class CandidatePoolBackend:
     ) -> list[str]:
         return [self._answer(t, temperature, seed) for t in raw_prompts]
 
+    def close(self) -> None:
+        """Nothing to release: the answers are in memory."""
+
 
 BROKEN = (
     "```python\nprint(0)\n```",  # runs, answers wrongly

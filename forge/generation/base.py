@@ -54,8 +54,27 @@ class GenerationBackend(Protocol):
         """Continue each raw string (no chat template); returns only the continuations."""
         ...
 
+    def close(self) -> None:
+        """Release the engine (weights, GPU memory, connections); also on leaving ``with backend:``."""
+        ...
 
-class ChatTemplateBackend:
+
+class Released:
+    """A backend is a context manager that releases what it holds on exit (a model's weights, a vLLM engine's GPU
+    memory, an HTTP client): a stage generates inside ``with local_backend(...) as backend:`` so the engine is gone
+    before the next one loads or training starts."""
+
+    def close(self) -> None:
+        """Release the engine; the backend cannot generate afterwards."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ChatTemplateBackend(Released):
     """Shared ``generate`` for engines that hold the tokenizer themselves (transformers, vLLM): render each
     conversation with the model's chat template, then complete the texts with the engine's ``generate_text``."""
 

@@ -24,7 +24,7 @@ import openai
 
 from forge.atomic import atomic_write_text
 from forge.chat import format_assistant_text
-from forge.generation.base import Messages
+from forge.generation.base import Messages, Released
 from forge.hashing import value_digest
 
 RETRIED = {408, 409, 429}  # with 5xx: what the SDK retries (its _should_retry); the rest are answers
@@ -34,7 +34,7 @@ class EndpointError(RuntimeError):
     """An endpoint refused a request, or stayed unreachable, after the retries."""
 
 
-class OpenAIBackend:
+class OpenAIBackend(Released):
     """Client of an OpenAI-compatible server.
 
     Args:

@@ -10,6 +10,7 @@ appended in step), KV cache on, stops at ``<|im_end|>`` (end of turn) or ``<|end
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,8 @@ class TransformersBackend(ChatTemplateBackend):
         seed: int = 0,
     ) -> list[str]:
         """See :meth:`forge.generation.base.GenerationBackend.generate_text`."""
+        if self.model is None:
+            raise RuntimeError("this backend was closed (its model released); build another to generate")
         torch.manual_seed(seed)
         sampling = temperature > 0
         outputs: list[str] = []
@@ -93,3 +96,13 @@ class TransformersBackend(ChatTemplateBackend):
             new_tokens = generated[:, width:]  # (batch, <= max_new_tokens)
             outputs.extend(self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
         return outputs
+
+    def close(self) -> None:
+        """Drop the model (its memory goes back once nothing else holds it; a GPU's cache is emptied too)."""
+        if getattr(self, "model", None) is None:
+            return
+        on_gpu = self.device.type == "cuda"
+        self.model = None
+        gc.collect()
+        if on_gpu:
+            torch.cuda.empty_cache()

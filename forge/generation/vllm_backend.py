@@ -79,3 +79,19 @@ class VLLMBackend(ChatTemplateBackend):
         params = self._params(max_new_tokens, temperature, top_p, seed)
         outputs = self.llm.generate(raw_prompts, params, use_tqdm=False)
         return [o.outputs[0].text for o in outputs]
+
+    def close(self) -> None:
+        """Shut the engine down and give its GPU memory back (weights and the KV cache it reserved:
+        ``gpu_memory_utilization`` of the card), so the next engine or the trainer finds the memory free. vLLM's own
+        ``cleanup_dist_env_and_memory`` tears down its model-parallel groups, collects and empties the CUDA cache;
+        generation runs in a Prefect task's process, never inside a launched rank's process group."""
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is None:
+            return
+        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):  # V1 engine: the engine core runs in its own process
+            core.shutdown()
+        del llm, core
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+        cleanup_dist_env_and_memory()

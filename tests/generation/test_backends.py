@@ -1,13 +1,15 @@
 """Generation backends: batched greedy equals one-by-one greedy, seeded sampling repeats, the OpenAI-compatible
 client against a real local server serving the transformers backend, and the vLLM backend refused clearly."""
 
+import gc
 import importlib.util
+import weakref
 
 import pytest
 
 from forge.chat import format_assistant_text, parse_assistant_text
-from forge.config import BaseModelConfig
-from forge.generation import get_backend
+from forge.config import BaseModelConfig, GenerationConfig
+from forge.generation import get_backend, local_backend
 from forge.generation.base import GenerationBackend
 from forge.generation.openai_server import assistant_message, make_server, start_in_thread
 from forge.generation.transformers_backend import TransformersBackend
@@ -96,3 +98,17 @@ def test_vllm_backend_refused_with_install_hint():
         get_backend("vllm", model="Nanbeige/Nanbeige4.1-3B")
     with pytest.raises(ValueError, match="unknown generation backend"):
         get_backend("tgi")
+
+
+def test_a_backend_left_releases_its_model(tmp_path, model, tokenizer):
+    """``with local_backend(...) as backend:`` (every stage that generates): on leaving, the backend drops the model it
+    loaded, so its memory is free before the next engine loads or training starts; it refuses to generate after."""
+    model.save_pretrained(tmp_path / "ckpt")
+    tokenizer.save_pretrained(tmp_path / "ckpt")
+    with local_backend(GenerationConfig(), str(tmp_path / "ckpt"), batch_size=4) as backend:
+        assert backend.generate(PROMPTS[:1], max_new_tokens=4)
+        loaded = weakref.ref(backend.model)
+    gc.collect()
+    assert loaded() is None, "the loaded model outlived its backend"
+    with pytest.raises(RuntimeError, match="closed"):
+        backend.generate(PROMPTS[:1], max_new_tokens=4)

@@ -1,6 +1,7 @@
 """On a CUDA device (``pytest -m gpu``; CI has none, so these skip there and say so): the frozen reward models score
 on the policy's device and in bf16 as they do on the CPU, colocated GRPO raises the RM's score with both on the
-GPU, SFT trains in bf16 there, and agentic RL samples its episodes and updates the policy there.
+GPU, SFT trains in bf16 there, agentic RL samples its episodes and updates the policy there, and (with vLLM
+installed) the vLLM backend answers as the transformers one and frees its memory on release.
 
     pytest -m gpu tests/training/test_gpu.py -o addopts=""     # addopts deselect the gpu marker
 
@@ -8,6 +9,8 @@ Where JAX is installed beside us (an image with it), set ``JAX_PLATFORMS=cpu``: 
 the process when it tries to take the GPU after torch has."""
 
 from __future__ import annotations
+
+import importlib.util
 
 import pytest
 import torch
@@ -110,3 +113,23 @@ def test_agentic_rl_samples_and_updates_on_the_gpu(workspace, tiny_policy, tmp_p
     assert all(r["trained_tokens"] > 0 and r["loss"] == r["loss"] for r in result.curve)  # trained, loss not NaN
     before, after = load_file(tiny_policy / "model.safetensors"), load_file(tmp_path / "rl" / "model.safetensors")
     assert any(not torch.equal(before[k], after[k].to(before[k].dtype)) for k in before)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM (make setup-gpu)")
+def test_vllm_backend_answers_greedily_and_gives_its_memory_back(tiny_policy):
+    """The profile's vLLM settings reach the engine (it reserves its memory share), greedy answers repeat, and
+    leaving the ``with`` gives the GPU memory back, so the next engine or the trainer finds it free. (Not compared
+    with the transformers backend word for word: vLLM runs a float32 checkpoint in half precision under ``auto``.)"""
+    from forge.config import GenerationConfig, VLLMConfig
+    from forge.generation import local_backend
+
+    prompts = [[{"role": "user", "content": f"What is {i} plus {i + 1}?"}] for i in range(8)]
+    free_before, total = torch.cuda.mem_get_info()
+    generation = GenerationConfig(backend="vllm", vllm=VLLMConfig(gpu_memory_utilization=0.3, max_model_len=1024,
+                                                                  dtype="auto"))
+    with local_backend(generation, str(tiny_policy)) as engine:
+        reserved = free_before - torch.cuda.mem_get_info()[0]
+        first, again = (engine.generate(prompts, max_new_tokens=16, temperature=0.0) for _ in range(2))
+    assert reserved > 0.2 * total, f"the engine took {reserved / 2**30:.1f} GiB, not its 30% share"
+    assert len(first) == 8 and all(isinstance(t, str) for t in first) and first == again
+    assert torch.cuda.mem_get_info()[0] > free_before - 2**30, "the engine kept its memory after the with"
