@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import IO
 
 
-def fsync_path(path: Path) -> None:
-    """Flush a file, or a directory's entries, to disk (best effort). A rename lives in its directory's entry:
-    without fsyncing the directory a power cut may forget it."""
+def _fsync_dir(path: Path) -> None:
+    # The rename itself lives in the directory entry; without this a power cut may forget it.
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -55,7 +54,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-        fsync_path(path.parent)
+        _fsync_dir(path.parent)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -96,7 +95,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
             old = path.parent / f"{path.name}.old-{uuid.uuid4().hex[:8]}"
             os.replace(path, old)
         os.replace(tmp, path)
-        fsync_path(path.parent)
+        _fsync_dir(path.parent)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     except BaseException:

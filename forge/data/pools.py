@@ -28,17 +28,16 @@ A row that fails validation is written to ``<home>/quarantine/pools.<name>.bad.j
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
+from typing import TextIO
 
 from pydantic import BaseModel, ValidationError
 
-from forge.atomic import atomic_write_text, fsync_path
+from forge.atomic import atomic_open, atomic_write_text
 from forge.config import DOMAINS, PoolsConfig
 from forge.data import corpora as C
 from forge.data.calc import CalcError, evaluate, format_number, parse_number
@@ -63,14 +62,13 @@ R1_TRAIN = "multihop_qa_r1searcher/train_stage_2.jsonl.gz"
 
 
 class PoolBuilder:
-    """Writes one pool's file a row at a time as rows come (what it keeps is their ids: the profile's own sources can
-    be far larger than memory); invalid rows and eval leaks go to a quarantine list. ``close`` before reading it."""
+    """Writes one pool's rows to ``out`` as they come (what it keeps is their ids: the profile's own sources can be
+    far larger than memory); invalid rows and eval leaks go to a quarantine list."""
 
-    def __init__(self, name: str, guard: C.LeakGuard | None, path: Path):
-        self.name, self.guard, self.path = name, guard, path
+    def __init__(self, name: str, guard: C.LeakGuard | None, out: TextIO):
+        self.name, self.guard, self._out = name, guard, out
         self.ids: set[str] = set()
         self.bad: list[dict] = []
-        self._out = open(path, "w", encoding="utf-8")  # noqa: SIM115 (closed by close(), after every source)
 
     def add(self, make: Callable[[], BaseModel | None], where: str, text_of: Callable[[BaseModel], str]) -> None:
         try:
@@ -86,9 +84,6 @@ class PoolBuilder:
         if row.id not in self.ids:  # identical content → identical id → kept once
             self.ids.add(row.id)
             self._out.write(dump_row(row) + "\n")
-
-    def close(self) -> None:
-        self._out.close()
 
 
 def chat_text(row: ChatSample) -> str:
@@ -211,20 +206,17 @@ def _take(items: Iterable, cap: int) -> list:
 
 
 def build_pool_rows(corpora: Path, cfg: PoolsConfig, out_dir: Path) -> tuple[dict[str, PoolBuilder], dict]:
-    """Every pool and side set written to ``out_dir/<name>.jsonl`` as its rows are made: builders by output name
-    (closed), and a report: rows per pool (``rows``) and what each of the profile's own sources gave (``sources``:
-    licence, rows kept, records refused)."""
+    """Every pool and side set written to ``out_dir/<name>.jsonl`` as its rows are made (each file atomically: a
+    failed build leaves the previous files as they were): builders by output name, and a report: rows per pool
+    (``rows``) and what each of the profile's own sources gave (``sources``: licence, rows kept, records refused)."""
     guard = C.LeakGuard.from_corpora(corpora)
-    out_dir.mkdir(parents=True, exist_ok=True)
     names = (*DOMAINS, "preferences", "code_problems", "search_qa", "code_eval", "search_qa_eval")
-    # eval sets are meant to match themselves: no leak guard on them
-    out = {name: PoolBuilder(name, None if name.endswith("_eval") else guard, out_dir / f"{name}.jsonl")
-           for name in names}
-    try:
+    with ExitStack() as files:
+        # eval sets are meant to match themselves: no leak guard on them
+        out = {name: PoolBuilder(name, None if name.endswith("_eval") else guard,
+                                 files.enter_context(atomic_open(out_dir / f"{name}.jsonl")))
+               for name in names}
         sources = _add_rows(corpora, cfg, out)
-    finally:
-        for b in out.values():
-            b.close()
     return out, {"rows": {name: len(b.ids) for name, b in out.items()}, "sources": sources}
 
 
@@ -353,33 +345,22 @@ def humaneval_problem(prob: dict) -> CodeProblem:
 
 
 def build_pools(ws: Workspace, cfg: PoolsConfig) -> dict[str, Path]:
-    """Write every pool to ``ws.pools/<name>.jsonl``; returns name → path. The files are written in a scratch folder
-    beside them and moved in only once all are complete, so a failed build leaves the last pools as they were."""
-    ws.pools.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=".building-", dir=ws.pools))
-    try:
-        builders, report = build_pool_rows(ws.corpora, cfg, scratch)
-        # The profile's own sources, with their licences and counts, versioned with the data they gave (only when
-        # there are any: a profile without sources writes exactly the files it always did).
-        listing = ws.pools / "sources.json"
-        if report["sources"]:
-            atomic_write_text(listing, json.dumps(report["sources"], indent=1, ensure_ascii=False) + "\n")
+    """Write every pool to ``ws.pools/<name>.jsonl`` atomically; returns name → path."""
+    builders, report = build_pool_rows(ws.corpora, cfg, ws.pools)
+    # The profile's own sources, with their licences and counts, versioned with the data they gave (only when
+    # there are any: a profile without sources writes exactly the files it always did).
+    listing = ws.pools / "sources.json"
+    if report["sources"]:
+        atomic_write_text(listing, json.dumps(report["sources"], indent=1, ensure_ascii=False) + "\n")
+    else:
+        listing.unlink(missing_ok=True)
+    for name, b in builders.items():
+        bad_file = ws.quarantine / f"pools.{name}.bad.jsonl"
+        if b.bad:
+            atomic_write_text(bad_file, "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in b.bad))
         else:
-            listing.unlink(missing_ok=True)
-        paths = {}
-        for name, b in builders.items():
-            paths[name] = ws.pools / f"{name}.jsonl"
-            fsync_path(b.path)
-            os.replace(b.path, paths[name])
-            bad_file = ws.quarantine / f"pools.{name}.bad.jsonl"
-            if b.bad:
-                atomic_write_text(bad_file, "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in b.bad))
-            else:
-                bad_file.unlink(missing_ok=True)
-        fsync_path(ws.pools)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return paths
+            bad_file.unlink(missing_ok=True)
+    return {name: ws.pools / f"{name}.jsonl" for name in builders}
 
 
 # --- stage-0 pre-training text ----------------------------------------------------------------------------

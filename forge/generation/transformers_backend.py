@@ -99,7 +99,7 @@ class TransformersBackend(ChatTemplateBackend):
 
     def close(self) -> None:
         """Drop the model (its memory goes back once nothing else holds it; a GPU's cache is emptied too)."""
-        if getattr(self, "model", None) is None:
+        if self.model is None:
             return
         on_gpu = self.device.type == "cuda"
         self.model = None

@@ -85,7 +85,7 @@ class VLLMBackend(ChatTemplateBackend):
         ``gpu_memory_utilization`` of the card), so the next engine or the trainer finds the memory free. vLLM's own
         ``cleanup_dist_env_and_memory`` tears down its model-parallel groups, collects and empties the CUDA cache;
         generation runs in a Prefect task's process, never inside a launched rank's process group."""
-        llm, self.llm = getattr(self, "llm", None), None
+        llm, self.llm = self.llm, None
         if llm is None:
             return
         core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)

@@ -53,7 +53,8 @@ def test_three_formats_join_their_domains_and_bad_records_are_named_not_fatal(wo
     built, _ = build_pool_rows(workspace.corpora, PoolsConfig(max_rows_per_source=10, sources=sources), tmp_path / "b")
 
     def added(domain: str, source: str) -> list:
-        return [r for r in read_jsonl(built[domain].path, ChatSample, max_bad_ratio=0.0).rows if r.source == source]
+        rows = read_jsonl(tmp_path / "b" / f"{domain}.jsonl", ChatSample, max_bad_ratio=0.0).rows
+        return [r for r in rows if r.source == source]
 
     assert len(added("general", "wiki-chats")) == 18  # 20 records, 2 bad
     assert len(added("stem", str(sources["stem"][0].path))) == 19  # 20, 1 empty response
@@ -86,7 +87,7 @@ def test_an_eval_leak_in_a_source_is_refused(workspace, tmp_path):
     src = SourceConfig(path=str(leak), fields={"prompt": "p", "response": "r"}, licence="test")
     cfg = PoolsConfig(max_rows_per_source=10, sources={"stem": [src]})
     built, _ = build_pool_rows(workspace.corpora, cfg, tmp_path / "pools")
-    assert not [r for r in read_jsonl(built["stem"].path, ChatSample).rows if r.source == str(leak)]
+    assert not [r for r in read_jsonl(tmp_path / "pools" / "stem.jsonl", ChatSample).rows if r.source == str(leak)]
     assert any("evaluation item" in " ".join(b["reason"]) for b in built["stem"].bad)
 
 

@@ -1,7 +1,7 @@
 """On a CUDA device (``pytest -m gpu``; CI has none, so these skip there and say so): the frozen reward models score
 on the policy's device and in bf16 as they do on the CPU, colocated GRPO raises the RM's score with both on the
 GPU, SFT trains in bf16 there, agentic RL samples its episodes and updates the policy there, and (with vLLM
-installed) the vLLM backend answers as the transformers one and frees its memory on release.
+installed) the vLLM backend answers greedily and frees its memory on release.
 
     pytest -m gpu tests/training/test_gpu.py -o addopts=""     # addopts deselect the gpu marker
 
