@@ -20,6 +20,7 @@ the run never holds.
 
 import ctypes, gc, io, json, os, resource, select, signal, socket, sys, traceback
 
+os.environ.pop("GLIBC_TUNABLES", None)  # read by glibc at start (_jail.py: _HEAP_TUNABLES); runs get an empty environment
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
 COMPILED = {}

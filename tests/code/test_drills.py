@@ -15,7 +15,7 @@ from forge.code.data import _sample, check_policy
 from forge.code.judge import fence
 from forge.code.problems import load_problems
 from forge.code.problems.drills import OPS, OPS_BY_ID, drill_problems, drill_sft_rows, program
-from forge.code.rewards import CodeRewards
+from forge.code.rewards import CodeRewards, score_completion
 from forge.code.sandbox import isolation_report
 
 needs_sandbox = pytest.mark.skipif(not isolation_report().strong, reason="the sandbox refuses on this host")
@@ -28,7 +28,8 @@ def op_of(problem) -> str:
 @needs_sandbox
 def test_reference_passes_quadratic_passes_without_time_reward_mistakes_fail():
     problems = drill_problems("rl", per_op=1)
-    rewards = CodeRewards({p.id: p for p in problems})
+    by_id = {p.id: p for p in problems}
+    rewards = CodeRewards(by_id)
     answers, ids, kinds = [], [], []
     for p in problems:
         op = OPS_BY_ID[op_of(p)]
@@ -38,6 +39,13 @@ def test_reference_passes_quadratic_passes_without_time_reward_mistakes_fail():
                 ids.append(p.id)
                 kinds.append((p.id, kind))
     parts = rewards.parts(answers, problem_id=ids)
+    # R_time is a timing fit, and answers judged at once on 2 shared cores (or beside another test) time each
+    # other: a linear reference taken one class too slow is judged again alone, once, as in test_complexity.py
+    # (a judge that is wrong, not unlucky, misses twice).
+    parts = [
+        score_completion(by_id[pid], answer) if kind == "fast" and part.time != 1.0 else part
+        for answer, (pid, kind), part in zip(answers, kinds, parts, strict=True)
+    ]
     for (pid, kind), part in zip(kinds, parts, strict=True):
         assert part.format > 0, (pid, kind)
         if kind == "fast":
