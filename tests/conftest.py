@@ -7,6 +7,9 @@ import os
 import tempfile
 from pathlib import Path
 
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs two workers on the two cores: one torch thread each,
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # or four threads would contend for two cores (set before torch loads)
+
 _SCRATCH = Path(tempfile.mkdtemp(prefix="forge-tests-"))
 os.environ["FORGE_HOME"] = str(_SCRATCH / "home")
 for _key in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI", "PREFECT_HOME", "PREFECT_API_URL",
