@@ -88,12 +88,12 @@ def sft_stage_task(
     data: DataMix,
 ) -> Checkpoint:
     """One curriculum stage: SFT at ``stage.max_length`` tokens from ``init``'s weights (unregistered output)."""
-    from forge.data.mix import read_mix
+    from forge.data.mix import MixRows, read_heldout
     from forge.training.launch import run_training
     from forge.training.sft import run_sft_stage
 
     ws = Workspace.from_env()
-    train_rows, eval_rows = read_mix(data.mix_dir)
+    train_rows, eval_rows = MixRows(data.mix_dir), read_heldout(data.mix_dir)  # the training rows stream
     out = ws.models / f"sft-{index}-{value_digest(stage, sft, runtime, init.model_dir, data.data_md5)}"
     name = f"sft-{index + 1}-{stage.name}"
     with ctx.start_run(name, {STAGE_TAG: f"sft/{stage.name}", DATA_MD5_TAG: data.data_md5}) as run:

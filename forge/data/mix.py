@@ -265,6 +265,23 @@ def read_manifest(mix_dir: Path) -> Manifest:
     return Manifest.model_validate_json((Path(mix_dir) / "manifest.json").read_text())
 
 
+class MixRows:
+    """The mix's training rows (every shard, in order), read a row at a time each time it is iterated: what SFT
+    tokenizes (forge/training/sft.py), so a 2B-token mix is never held whole. Small and picklable (a path), so a
+    launched stage hands it to its ranks as is."""
+
+    def __init__(self, mix_dir: str | Path) -> None:
+        self.mix_dir = Path(mix_dir)
+
+    def __iter__(self) -> Iterator[ChatSample]:
+        for shard in sorted(self.mix_dir.glob("train-*.jsonl")):
+            for _, row in scan_jsonl(shard, ChatSample):
+                yield row
+
+    def __repr__(self) -> str:
+        return f"MixRows({str(self.mix_dir)!r})"
+
+
 def read_mix(mix_dir: str | Path) -> tuple[list[ChatSample], list[ChatSample]]:
     """The mix's training rows (every shard, in order) and its held-out rows."""
     mix = Path(mix_dir)

@@ -17,11 +17,14 @@ training, so tests can inspect a collated batch.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase, Trainer
@@ -43,15 +46,47 @@ from forge.training.tokenizer import encode_chat
 
 logger = logging.getLogger(__name__)
 
-def tokenize_rows(tokenizer: PreTrainedTokenizerBase, rows: list[ChatSample], max_length: int) -> Dataset:
-    """Encode conversations into a ``datasets.Dataset`` with ``input_ids`` and ``completion_mask`` columns.
+TOKEN_SCHEMA = pa.schema([("input_ids", pa.list_(pa.int32())), ("completion_mask", pa.list_(pa.int8()))])
+BATCH_TOKENS = 32_768  # tokens encoded before they are written: what tokenizing holds (~36 bytes a token as Python ints)
+
+
+def tokenize_rows(
+    tokenizer: PreTrainedTokenizerBase, rows: Iterable[ChatSample], max_length: int, path: Path
+) -> Dataset:
+    """Encode conversations into ``path`` (an Arrow file, written ``BATCH_TOKENS`` at a time) and return it as a
+    memory-mapped ``datasets.Dataset`` with ``input_ids`` and ``completion_mask`` columns. ``rows`` may be a
+    stream (:class:`forge.data.mix.MixRows`): neither the rows nor their tokens are ever all in memory, so the
+    GPU profile's 2B-token mix tokenizes in the memory of one batch (tests/training/test_sft.py checks the bound).
 
     Rows whose trained turns fall entirely past ``max_length`` keep no loss tokens; TRL drops them.
     """
-    encoded = [encode_chat(tokenizer, row, max_length) for row in rows]
-    return Dataset.from_dict(
-        {"input_ids": [e["input_ids"] for e in encoded], "completion_mask": [e["completion_mask"] for e in encoded]}
-    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, TOKEN_SCHEMA) as writer:
+
+        def write(batch: list[dict[str, list[int]]]) -> None:
+            columns = [pa.array([e[f.name] for e in batch], f.type) for f in TOKEN_SCHEMA]
+            writer.write_batch(pa.record_batch(columns, schema=TOKEN_SCHEMA))
+
+        batch, tokens = [], 0
+        for row in rows:
+            batch.append(encode_chat(tokenizer, row, max_length))
+            tokens += len(batch[-1]["input_ids"])
+            if tokens >= BATCH_TOKENS:
+                write(batch)
+                batch, tokens = [], 0
+        if batch:
+            write(batch)
+    return Dataset.from_file(str(path))
+
+
+def _token_dir(work_dir: Path) -> Path:
+    """This process's folder for tokenized rows and the maps TRL caches beside them, emptied first: a resumed
+    stage tokenizes again rather than trusting files a killed run may have left half written; each rank of a
+    launched stage tokenizes into its own."""
+    folder = Path(work_dir) / "tokens" / f"rank-{os.environ.get('RANK', '0')}"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder
 
 
 class CountingCollator:
@@ -121,8 +156,8 @@ class LogitsLossSFTTrainer(SFTTrainer):
 
 def build_sft_trainer(
     model_dir: Path,
-    train_rows: list[ChatSample],
-    eval_rows: list[ChatSample],
+    train_rows: Iterable[ChatSample],
+    eval_rows: Iterable[ChatSample],
     stage: SFTStageConfig,
     sft: SFTConfig,
     runtime: TrainingRuntimeConfig,
@@ -134,8 +169,9 @@ def build_sft_trainer(
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     model.config.pad_token_id = tokenizer.pad_token_id
-    train_ds = tokenize_rows(tokenizer, train_rows, stage.max_length)
-    eval_ds = tokenize_rows(tokenizer, eval_rows, stage.max_length)
+    tokens = _token_dir(work_dir)
+    train_ds = tokenize_rows(tokenizer, train_rows, stage.max_length, tokens / "train.arrow")
+    eval_ds = tokenize_rows(tokenizer, eval_rows, stage.max_length, tokens / "eval.arrow")
     args = TRLSFTConfig(
         **common_trainer_args(work_dir, runtime, seed=sft.seed, save_steps=sft.save_steps),
         max_steps=stage.max_steps,
@@ -197,8 +233,8 @@ def _evaluate(trainer: SFTTrainer) -> float:
 
 def run_sft_stage(
     model_dir: Path,
-    train_rows: list[ChatSample],
-    eval_rows: list[ChatSample],
+    train_rows: Iterable[ChatSample],
+    eval_rows: Iterable[ChatSample],
     stage: SFTStageConfig,
     sft: SFTConfig,
     runtime: TrainingRuntimeConfig,

@@ -167,3 +167,36 @@ def test_killed_sft_stage_resumes(base_dir, rows, tmp_path):
     assert not out.exists()
     result = run_sft_stage(base_dir, rows[0][:40], rows[1][:4], stage, sft, RUNTIME, out)
     assert result.resumed_from_step == 2 and result.steps == 6 and out.is_dir()
+
+
+def test_a_streamed_mix_tokenizes_in_memory_bounded_by_a_batch_not_the_mix(tokenizer, tmp_path, wiki_texts):
+    """The SFT task hands the trainer the mix as a stream (MixRows): rows are read, encoded and written to an Arrow
+    file a batch at a time, and the dataset is that file memory-mapped. Holding the rows and their tokens (as a list
+    of rows did) took 18x the shards' size here; the stream stays under half of it, whatever the mix's size."""
+    import random
+    import tracemalloc
+
+    from forge.data.jsonl import write_jsonl
+    from forge.data.mix import MixRows
+    from forge.training.sft import tokenize_rows
+
+    words = " ".join(wiki_texts).split()
+    rng = random.Random(0)
+    mix = tmp_path / "mix"
+    mix.mkdir()
+    for shard in range(2):
+        write_jsonl(mix / f"train-{shard:04d}-of-0002.jsonl", (ChatSample.build(domain="general", source="test", messages=[
+            Message(role="user", content=" ".join(rng.choices(words, k=20))),
+            Message(role="assistant", content=" ".join(rng.choices(words, k=500)))]) for _ in range(500)))
+    mix_bytes = sum(p.stat().st_size for p in mix.glob("train-*.jsonl"))
+    tracemalloc.start()
+    try:
+        dataset = tokenize_rows(tokenizer, MixRows(mix), 2048, tmp_path / "tokens" / "train.arrow")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert mix_bytes > 3 * 2**20 and len(dataset) == 1000
+    for i in (0, 555, 999):  # the file holds what encode_chat gives for that row, in the mix's order
+        row = next(r for j, r in enumerate(MixRows(mix)) if j == i)
+        assert dataset[i] == encode_chat(tokenizer, row, 2048)
+    assert peak < mix_bytes / 2, f"peak {peak / 2**20:.1f} MB for {mix_bytes / 2**20:.1f} MB of shards"
