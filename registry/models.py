@@ -61,7 +61,9 @@ def register_checkpoint(
     missing = [f for f in ("config.json", "tokenizer_config.json") if not (ckpt / f).is_file()]
     if missing:
         raise FileNotFoundError(f"{ckpt}: not a save_pretrained checkpoint with its tokenizer (missing {missing})")
-    version_tags = {GIT_COMMIT_TAG: git_commit(), **{k: str(v) for k, v in (tags or {}).items()}}
+    version_tags = {k: str(v) for k, v in (tags or {}).items()}
+    if GIT_COMMIT_TAG not in version_tags:  # the recipe's lineage carries it: no second read per version
+        version_tags[GIT_COMMIT_TAG] = git_commit()
     active = mlflow.active_run()
     if active is not None and active.info.run_id == run_id:
         info = _log(ckpt)

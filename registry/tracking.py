@@ -112,8 +112,9 @@ def start_stage_run(
     Tagged with the stage name and the git commit; ``tags`` adds the other lineage tags (data md5, flow run id,
     profile, parent model version) that the caller knows.
     """
-    run_tags = {STAGE_TAG: name, GIT_COMMIT_TAG: git_commit()}
-    run_tags.update({k: str(v) for k, v in (tags or {}).items()})
+    run_tags = {STAGE_TAG: name, **{k: str(v) for k, v in (tags or {}).items()}}
+    if GIT_COMMIT_TAG not in run_tags:  # the recipe's lineage carries it, read once per run (two git calls, ~16 ms)
+        run_tags[GIT_COMMIT_TAG] = git_commit()
     active = mlflow.active_run()
     if parent_run_id is None and active is not None:
         parent_run_id = active.info.run_id
