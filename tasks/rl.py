@@ -62,7 +62,7 @@ def rm_pointwise_task(
     from transformers import AutoTokenizer
 
     from forge.data.jsonl import read_jsonl
-    from forge.data.mix import read_mix, read_refinement_pairs
+    from forge.data.mix import MixRows, read_refinement_pairs
     from forge.data.schemas import PreferencePair
     from forge.generation import local_backend
     from forge.training.launch import run_training
@@ -82,7 +82,7 @@ def rm_pointwise_task(
         metrics: dict[str, float] = {}
         if cfg.forge_pairs:
             tokenizer = AutoTokenizer.from_pretrained(policy.model_dir)
-            prompts = build_rl_prompts(read_mix(data.mix_dir)[0], tokenizer, max_prompts=cfg.forge_pairs,
+            prompts = build_rl_prompts(MixRows(data.mix_dir), tokenizer, max_prompts=cfg.forge_pairs,
                                        max_prompt_tokens=cfg.grpo.max_prompt_length, seed=f"{seed}:rm-pointwise")
             budget = cfg.forge_pair_max_new_tokens
             with local_backend(generation, weak.model_dir) as weak_model:
@@ -138,7 +138,7 @@ def grpo_task(
     model. The version carries the SFT held-out loss; rollout diagnostics stay on the run."""
     from transformers import AutoTokenizer
 
-    from forge.data.mix import read_mix
+    from forge.data.mix import MixRows, read_heldout
     from forge.training.grpo import run_grpo
     from forge.training.launch import run_training
     from forge.training.pairs import build_rl_prompts
@@ -147,8 +147,8 @@ def grpo_task(
 
     ws = Workspace.from_env()
     tokenizer = AutoTokenizer.from_pretrained(policy.model_dir)
-    train_rows, heldout_rows = read_mix(data.mix_dir)  # read once: prompts from the first, the loss on the second
-    prompts = build_rl_prompts(train_rows, tokenizer, max_prompts=cfg.grpo.max_prompts,
+    heldout_rows = read_heldout(data.mix_dir)  # the SFT held-out loss; the prompts are read from the mix on demand
+    prompts = build_rl_prompts(MixRows(data.mix_dir), tokenizer, max_prompts=cfg.grpo.max_prompts,
                                max_prompt_tokens=cfg.grpo.max_prompt_length, seed=f"{seed}:{stage}")
     digest = value_digest(cfg, runtime, generation, policy.model_dir, rm.model_dir, data.data_md5)
     out = ws.models / f"{stage}-{digest}"
@@ -192,7 +192,7 @@ def rm_pairwise_task(
     the swap-consistency term (§2.1.3). The strong side is the teacher endpoint when the profile names one."""
     from transformers import AutoTokenizer
 
-    from forge.data.mix import read_mix
+    from forge.data.mix import MixRows
     from forge.generation import local_backend, teacher_or_local
     from forge.training.launch import run_training
     from forge.training.pairs import build_rl_prompts, pairwise_pairs
@@ -201,7 +201,7 @@ def rm_pairwise_task(
 
     ws = Workspace.from_env()
     tokenizer = AutoTokenizer.from_pretrained(strong.model_dir)
-    prompts = build_rl_prompts(read_mix(data.mix_dir)[0], tokenizer, max_prompts=cfg.pair_prompts,
+    prompts = build_rl_prompts(MixRows(data.mix_dir), tokenizer, max_prompts=cfg.pair_prompts,
                                max_prompt_tokens=cfg.grpo.max_prompt_length, seed=f"{seed}:rm-pairwise")
     budget = cfg.pair_max_new_tokens
     digest = value_digest(cfg, runtime, generation, strong.model_dir, weak.model_dir, data.data_md5, seed)

@@ -266,17 +266,44 @@ def read_manifest(mix_dir: Path) -> Manifest:
 
 
 class MixRows:
-    """The mix's training rows (every shard, in order), read a row at a time each time it is iterated: what SFT
-    tokenizes (forge/training/sft.py), so a 2B-token mix is never held whole. Small and picklable (a path), so a
-    launched stage hands it to its ranks as is."""
+    """The mix's training rows (every shard, in order) without holding them: iterating reads them a row at a time
+    (what SFT tokenizes, forge/training/sft.py), and ``rows[i]`` reads the i-th row from its shard by byte offset
+    (the RL stages draw their prompts in a seeded order: forge/training/pairs.py). The offsets, 16 bytes a row, are
+    indexed on first use. Small and picklable (a path; the index is rebuilt where it is needed), so a launched
+    stage hands it to its ranks as is. A 2B-token mix is never held whole."""
 
     def __init__(self, mix_dir: str | Path) -> None:
         self.mix_dir = Path(mix_dir)
+        self._index: tuple[list[Path], array, array] | None = None  # shards, shard number and offset per row
+
+    def _shards(self) -> list[Path]:
+        return sorted(self.mix_dir.glob("train-*.jsonl"))
 
     def __iter__(self) -> Iterator[ChatSample]:
-        for shard in sorted(self.mix_dir.glob("train-*.jsonl")):
+        for shard in self._shards():
             for _, row in scan_jsonl(shard, ChatSample):
                 yield row
+
+    def _indexed(self) -> tuple[list[Path], array, array]:
+        if self._index is None:
+            shards, which, offsets = self._shards(), array("l"), array("q")
+            for number, shard in enumerate(shards):
+                for offset, _ in scan_jsonl(shard, ChatSample):
+                    which.append(number)
+                    offsets.append(offset)
+            self._index = (shards, which, offsets)
+        return self._index
+
+    def __len__(self) -> int:
+        return len(self._indexed()[1])
+
+    def __getitem__(self, i: int) -> ChatSample:
+        shards, which, offsets = self._indexed()
+        with open(shards[which[i]], "rb") as fh:
+            return read_row_at(fh, offsets[i], ChatSample)
+
+    def __getstate__(self) -> dict:
+        return {"mix_dir": self.mix_dir, "_index": None}
 
     def __repr__(self) -> str:
         return f"MixRows({str(self.mix_dir)!r})"

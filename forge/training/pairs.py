@@ -69,9 +69,11 @@ def build_rl_prompts(
     no prompt truncation, and a cut prompt would lose the question.
     """
     out: list[dict[str, Any]] = []
-    order = list(rows)
+    # The positions are shuffled, not the rows (the same permutation: it depends on the length and the seed only),
+    # so ``rows`` may be a mix read on demand (forge.data.mix.MixRows): only the rows drawn are ever parsed.
+    order = list(range(len(rows)))
     random.Random(f"{seed}:rl-prompts").shuffle(order)
-    for sample in order:
+    for sample in (rows[i] for i in order):
         if domains and sample.domain not in domains:
             continue
         pr = prompt_and_reference(sample)

@@ -77,3 +77,28 @@ def test_split_holds_out_at_most_a_third_in_a_seeded_order():
     assert len(heldout) == 10 and sorted(train + heldout) == list(range(30))
     assert split_pairs(list(range(30)), 50, seed=0) == (train, heldout)
     assert split_pairs(list(range(30)), 50, seed=1) != (train, heldout)
+
+
+def test_prompts_drawn_from_the_mix_on_demand_are_those_of_its_rows_in_memory(hh_chats, tokenizer, tmp_path):
+    """The RL stages draw prompts from ``MixRows`` (rows read by offset when drawn, never all held): the same
+    prompts, in the same order, as from the rows read whole; a row by position is the row at that position, and
+    a pickled MixRows (what a launched stage's ranks get) reads the same."""
+    import pickle
+
+    from forge.data.jsonl import write_jsonl
+    from forge.data.mix import MixRows
+
+    half = len(hh_chats) // 2
+    for shard, part in enumerate((hh_chats[:half], hh_chats[half:])):
+        write_jsonl(tmp_path / f"train-{shard:04d}-of-0002.jsonl", part)
+    on_demand = MixRows(tmp_path)
+    assert len(on_demand) == len(hh_chats)
+    assert [on_demand[i] for i in (0, half - 1, half, len(hh_chats) - 1)] == [
+        hh_chats[i] for i in (0, half - 1, half, len(hh_chats) - 1)
+    ]
+    for seed in (0, "1:grpo-pointwise"):
+        whole = build_rl_prompts(hh_chats, tokenizer, max_prompts=40, max_prompt_tokens=128, seed=seed)
+        drawn = build_rl_prompts(on_demand, tokenizer, max_prompts=40, max_prompt_tokens=128, seed=seed)
+        assert drawn == whole and len(drawn) == 40
+    again = pickle.loads(pickle.dumps(on_demand))
+    assert again[half] == hh_chats[half] and list(again) == hh_chats
