@@ -3,7 +3,8 @@ CPU-spinning processes beside it, side by side.
 
     .venv/bin/python bench/complexity_judge.py [--busy 2] [--rounds 1]
 
-Each labelled solution (``forge/code/problems``: every problem's reference and its labelled alternatives) is timed
+Each labelled solution (``forge/code/problems``: every problem's reference and its labelled alternatives, and the
+linear reference of each of the 11 drill operations code RL trains on, ``forge/code/problems/drills.py``) is timed
 and classified by ``forge.code.complexity.estimate_complexity`` as the reward does it. Reported per true class: n,
 right, wrong (with what they were taken for) and "unknown"; overall accuracy, quiet and loaded. Writes
 bench/results/complexity_judge.json.
@@ -24,6 +25,7 @@ from load import spinning
 
 from forge.code.complexity import estimate_complexity
 from forge.code.problems import forge_problems
+from forge.code.problems.drills import drill_problems
 from forge.code.runner import default_workers
 
 REPO = Path(__file__).resolve().parent.parent
@@ -32,13 +34,12 @@ REPO = Path(__file__).resolve().parent.parent
 def judge_all(labelled) -> dict:
     started = time.time()
     with ThreadPoolExecutor(default_workers()) as pool:
-        verdicts = list(pool.map(lambda ps: estimate_complexity(ps[1].source, ps[0], sizes=ps[1].sizes or None),
-                                 labelled))
+        verdicts = list(pool.map(lambda item: estimate_complexity(item[1], item[0], sizes=item[2]), labelled))
     per_class: dict[str, dict] = defaultdict(lambda: {"n": 0, "right": 0, "unknown": 0, "taken_for": Counter()})
-    for (_, solution), verdict in zip(labelled, verdicts):
-        row = per_class[solution.complexity]
+    for (_, _, _, truth), verdict in zip(labelled, verdicts):
+        row = per_class[truth]
         row["n"] += 1
-        if verdict.complexity == solution.complexity:
+        if verdict.complexity == truth:
             row["right"] += 1
         elif verdict.complexity == "unknown":
             row["unknown"] += 1
@@ -55,7 +56,8 @@ def main() -> None:
     parser.add_argument("--busy", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
-    labelled = [(p, s) for p in forge_problems() for s in p.labelled]
+    labelled = [(p, s.source, s.sizes or None, s.complexity) for p in forge_problems() for s in p.labelled]
+    labelled += [(p, p.reference, None, p.complexity) for p in drill_problems("rl", per_op=1)]
     runs = []
     for r in range(args.rounds):
         quiet = judge_all(labelled)
