@@ -1,8 +1,9 @@
 """Data versioning with DVC: ``data/`` is one tracked output (``data.dvc``) pushed to a local remote.
 
 Prefect is the only DAG, so there are no ``dvc.yaml`` stages: a flow writes a new snapshot under ``data/`` and
-one task calls :func:`version_data`. DVC runs as its CLI (the ``dvc`` next to this interpreter) in a
-subprocess; any failure raises :class:`DVCError` carrying dvc's stderr.
+one task calls :func:`version_data`. Versioning (``add`` + ``push``, once per data stage) goes through DVC's Python
+API in this process; everything else runs DVC's CLI (the ``dvc`` next to this interpreter) in a subprocess. Any
+failure raises :class:`DVCError` naming the command and carrying DVC's message.
 
     ensure_dvc(ws.root, ws.dvc_remote_url)   # once: init + remote 'local' or 's3' (verify = true)
     md5 = version_data(ws.root)              # dvc add data && dvc push → the md5 recorded in data.dvc
@@ -71,39 +72,25 @@ def run_dvc(root: Path, *args: str, check: bool = True) -> subprocess.CompletedP
     return proc
 
 
-# Several dvc commands in one interpreter: every `dvc` process pays ~1.3 s of start-up and imports on 2 cores, a
-# tenth of a tiny code-RL filter stage (bench/results/recipe_profile-tiny.json). The first command that fails
-# stops the rest and names itself on stderr's last line (FAILED, then the JSON of its argv and exit code).
-FAILED = "forge-dvc-sequence-failed: "
-_SEQUENCE = f"""import json, sys
-from dvc.cli import main
-for argv in json.loads(sys.argv[1]):
-    code = main(argv)
-    if code:
-        print("\\n{FAILED}" + json.dumps([argv, code]), file=sys.stderr)
-        sys.exit(code)
-"""
+def _add_and_push(root: Path, target: str) -> None:
+    """``dvc add <target>`` then ``dvc push <target>.dvc`` through DVC's Python API, in this process: a ``dvc``
+    process pays ~1.3 s of start-up and imports on 2 cores, a tenth of a tiny code-RL filter stage that versions
+    its problems (bench/results/recipe_profile-tiny.json); here the first call imports DVC (~0.2 s) and each
+    add + push of a small target then takes ~0.1 s. A failure raises :class:`DVCError` naming the command that
+    failed; the push does not run after a failed add."""
+    from dvc.exceptions import DvcException
+    from dvc.repo import Repo
 
-
-def run_dvc_sequence(root: Path, *commands: tuple[str, ...]) -> None:
-    """Run ``commands`` (each a dvc argv) in order in one process; the first that fails raises :class:`DVCError`
-    naming it, as :func:`run_dvc` would. Separate processes when dvc is not installed beside this interpreter."""
-    if not _dvc_beside().exists():
-        for args in commands:
-            run_dvc(root, *args)
-        return
-    proc = subprocess.run([sys.executable, "-c", _SEQUENCE, json.dumps([list(c) for c in commands])], cwd=root,
-                          env=_dvc_env(), capture_output=True, text=True, check=False)
-    if proc.returncode == 0:
-        return
-    lines = proc.stderr.rstrip().splitlines()
-    if lines and lines[-1].startswith(FAILED):
-        argv, code = json.loads(lines[-1].removeprefix(FAILED))
-        failed, lines = " ".join(argv), lines[:-1]
-    else:  # died before or between commands (an import error, a signal)
-        failed, code = " && dvc ".join(" ".join(c) for c in commands), proc.returncode
-    detail = "\n".join(lines).strip() or proc.stdout.strip()
-    raise DVCError(f"`dvc {failed}` failed in {root} (exit {code}):\n{detail}")
+    command = f"add {target}"
+    try:
+        with Repo(str(root)) as repo:
+            repo.scm_context.quiet = True  # no "To track the changes with git, run: ..." in the stage's log
+            repo.add(str(root / target))
+            command = f"push {target}.dvc"
+            repo.push(targets=[str(root / f"{target}.dvc")])
+    except (DvcException, OSError) as err:  # DVC's own errors, and the file system's it lets through
+        cause = f"\n{err.__cause__}" if err.__cause__ else ""
+        raise DVCError(f"`dvc {command}` failed in {root}:\n{type(err).__name__}: {err}{cause}") from err
 
 
 def _is_git_repo(root: Path) -> bool:
@@ -289,7 +276,7 @@ def version_data(root: str | Path, target: str = "data") -> str:
     root = Path(root)
     if not (root / target).exists():
         raise DVCError(f"{root / target}: nothing to version")
-    run_dvc_sequence(root, ("add", target), ("push", f"{target}.dvc"))
+    _add_and_push(root, target)
     dvc_file = root / f"{target}.dvc"
     text, kind = dvc_file.read_text(), cpu_kind()
     if built_on(text) != kind:

@@ -20,7 +20,6 @@ from forge.data.versioning import (
     ensure_dvc,
     read_data_md5,
     run_dvc,
-    run_dvc_sequence,
     version_data,
 )
 
@@ -57,14 +56,19 @@ def test_a_version_records_the_cpu_kind_that_built_it_outside_its_md5(project):
     assert data_status_clean(project)
 
 
-def test_a_failing_command_stops_the_sequence_and_is_named(project):
-    """version_data runs `dvc add` and `dvc push` in one process: a failure names its command, and what follows it
-    does not run."""
-    with pytest.raises(DVCError, match=r"`dvc add missing` failed in .* \(exit [1-9]\d*\):\n.*missing"):
-        run_dvc_sequence(project, ("add", "missing"), ("add", "data"))
-    assert not (project / "data.dvc").exists()  # the second command never ran
-    run_dvc_sequence(project, ("add", "data"), ("status", "--json", "data.dvc"))
-    assert (project / "data.dvc").exists()
+def test_a_failing_push_is_named_and_the_add_before_it_kept(project, tmp_path):
+    """version_data adds then pushes (DVC's Python API, in this process): a push that fails raises DVCError naming
+    `dvc push`, with DVC's reason; the add before it stands, and versioning again once the remote is back works."""
+    remote = tmp_path / "remote"
+    shutil.rmtree(remote)
+    remote.write_text("not a folder\n")  # the remote cannot take objects
+    with pytest.raises(DVCError, match=r"`dvc push data.dvc` failed in .*proj:\n"):
+        version_data(project)
+    assert read_data_md5(project).endswith(".dir")  # data.dvc was written by the add
+    remote.unlink()
+    remote.mkdir()
+    md5 = version_data(project)
+    assert md5 == read_data_md5(project) and any(remote.rglob("*")) and data_status_clean(project)
 
 
 def test_corrupted_remote_object_is_refused_on_pull(project, tmp_path):
