@@ -121,6 +121,10 @@ def ensure_dvc(root: str | Path, remote: str | Path) -> None:
     """Initialise DVC in ``root`` if needed and make ``remote`` the default remote (verify on): a folder (remote
     ``local``) or an ``s3://`` URL (remote ``s3``, its endpoint and credentials from the environment)."""
     root = Path(root)
+    if not str(remote).startswith("s3://"):
+        Path(remote).mkdir(parents=True, exist_ok=True)
+    if _configured(root, remote):
+        return  # every data stage calls this: four dvc processes, ~1.6 s, to change nothing (the usual case)
     if not (root / ".dvc").is_dir():
         run_dvc(root, "init", *([] if _is_git_repo(root) else ["--no-scm"]))
     run_dvc(root, "config", "core.autostage", "false")
@@ -129,7 +133,6 @@ def ensure_dvc(root: str | Path, remote: str | Path) -> None:
         _ensure_s3_remote(root, str(remote))
         return
     remote_dir = Path(remote)
-    remote_dir.mkdir(parents=True, exist_ok=True)
     if (root / ".dvc" / "config.local").exists():  # an S3 remote named there stays, but is no longer the default
         run_dvc(root, "remote", "default", "--local", REMOTE_NAME)
     committed = _remote_url(root / ".dvc" / "config")
@@ -144,6 +147,34 @@ def ensure_dvc(root: str | Path, remote: str | Path) -> None:
         run_dvc(root, "remote", "add", "--force", "--default", REMOTE_NAME, str(remote_dir.resolve()))
     # Without verify a corrupted remote object is pulled silently and `dvc status` still says clean (docs/stack.md).
     run_dvc(root, "remote", "modify", *level, REMOTE_NAME, "verify", "true")
+
+
+def _configured(root: Path, remote: str | Path) -> bool:
+    """Whether :func:`ensure_dvc` would change nothing: DVC's own reading of ``.dvc/config`` and ``config.local``
+    (merged as DVC merges them, in this process) already has autostage and analytics off, ``remote`` as the default
+    remote with verify on and, for S3, the endpoint and credentials of this environment. Any doubt (no ``.dvc``, a
+    config DVC refuses) answers False, and ensure_dvc runs its commands, which name what is wrong."""
+    if not (root / ".dvc" / "config").is_file():
+        return False
+    try:
+        from dvc.config import Config
+
+        config = Config(dvc_dir=str(root / ".dvc"))
+    except Exception:  # noqa: BLE001 - DVC's ConfigError and anything its loader raises: let the CLI report it
+        return False
+    core = config.get("core", {})
+    if core.get("autostage") is not False or core.get("analytics") is not False:
+        return False
+    s3 = str(remote).startswith("s3://")
+    name = S3_REMOTE_NAME if s3 else REMOTE_NAME
+    section = config.get("remote", {}).get(name, {})
+    if core.get("remote") != name or section.get("verify") is not True or not section.get("url"):
+        return False
+    if s3:
+        return section["url"] == str(remote) and all(
+            section.get(option) == os.environ.get(env) for option, env in S3_SETTINGS.items()
+        )
+    return _same_place(root, section["url"], Path(remote))
 
 
 def _ensure_s3_remote(root: Path, url: str) -> None:

@@ -200,3 +200,23 @@ def test_s3_remote_keeps_versions_and_pull_names_a_missing_or_corrupted_object(b
     assert _forge_data(root, "pull").returncode == 0 and (root / "data" / "c.txt").read_text() == "gamma\n"
     pushed = _forge_data(root, "push")
     assert pushed.returncode == 0 and "s3://forge/dvc" in pushed.stdout
+
+
+def test_ensure_dvc_changes_nothing_when_configured_and_fixes_what_differs(project, tmp_path):
+    """ensure_dvc runs before every versioning: it reads the config (DVC's own loader) and runs no dvc command when
+    nothing would change, but a different remote, or verify turned off, is still put right."""
+    from forge.data.versioning import _configured
+
+    config = project / ".dvc" / "config"
+    assert _configured(project, tmp_path / "remote")
+    before = config.read_text()
+    ensure_dvc(project, tmp_path / "remote")
+    assert config.read_text() == before
+    assert not _configured(project, tmp_path / "elsewhere")
+    ensure_dvc(project, tmp_path / "elsewhere")  # another home: the default remote moves there
+    version_data(project)
+    assert any((tmp_path / "elsewhere").rglob("*")) and _configured(project, tmp_path / "elsewhere")
+    run_dvc(project, "remote", "modify", "--local", "local", "verify", "false")  # where ensure_dvc put the new remote
+    assert not _configured(project, tmp_path / "elsewhere")
+    ensure_dvc(project, tmp_path / "elsewhere")
+    assert _configured(project, tmp_path / "elsewhere") and "verify = true" in (config.parent / "config.local").read_text()
