@@ -310,10 +310,8 @@ class MixRows:
 
 
 def read_mix(mix_dir: str | Path) -> tuple[list[ChatSample], list[ChatSample]]:
-    """The mix's training rows (every shard, in order) and its held-out rows."""
-    mix = Path(mix_dir)
-    train = [r for shard in sorted(mix.glob("train-*.jsonl")) for r in read_jsonl(shard, ChatSample).rows]
-    return train, read_heldout(mix)
+    """The mix's training rows (every shard, in order), held whole, and its held-out rows."""
+    return list(MixRows(mix_dir)), read_heldout(mix_dir)
 
 
 def read_heldout(mix_dir: str | Path) -> list[ChatSample]:

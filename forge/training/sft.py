@@ -17,7 +17,6 @@ training, so tests can inspect a collated batch.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -41,7 +40,7 @@ from forge.training.checkpoints import (
     apply_runtime,
     common_trainer_args,
 )
-from forge.training.launch import sum_over_ranks
+from forge.training.launch import rank, sum_over_ranks
 from forge.training.tokenizer import encode_chat
 
 logger = logging.getLogger(__name__)
@@ -83,7 +82,7 @@ def _token_dir(work_dir: Path) -> Path:
     """This process's folder for tokenized rows and the maps TRL caches beside them, emptied first: a resumed
     stage tokenizes again rather than trusting files a killed run may have left half written; each rank of a
     launched stage tokenizes into its own."""
-    folder = Path(work_dir) / "tokens" / f"rank-{os.environ.get('RANK', '0')}"
+    folder = Path(work_dir) / "tokens" / f"rank-{rank()}"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     return folder
