@@ -425,7 +425,24 @@ class VLLMConfig(Strict):
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
     max_model_len: int = Field(262_144, ge=1024)
     dtype: Literal["bfloat16", "float16", "auto"] = "bfloat16"
-    trl_mode: Literal["colocate", "server"] = Field("colocate", description="How TRL's GRPO reaches vLLM.")
+    trl_mode: Literal["colocate", "server"] = Field(
+        "colocate", description="How TRL's GRPO reaches vLLM: an engine inside each training rank, or a server the "
+        "stage starts on server_gpus (forge/training/vllm_server.py).")
+    server_gpus: list[int] = Field(
+        default_factory=list, description="CUDA device indexes the server mode's vLLM runs on, one per tensor-"
+        "parallel rank; the training ranks take devices 0..num_processes-1, so name others.")
+    server_host: str = Field("127.0.0.1", description="Where the stage's vLLM server listens (server mode).")
+    server_port: int = Field(8000, ge=1, le=65535, description="Its HTTP port (server mode).")
+    server_start_timeout_s: float = Field(
+        900.0, gt=0, description="How long the stage waits for its server to answer /health (loading a 3B model "
+        "and capturing CUDA graphs take minutes).")
+
+    @model_validator(mode="after")
+    def _server_gpus(self) -> VLLMConfig:
+        if self.trl_mode == "server" and len(self.server_gpus) != self.tensor_parallel_size:
+            raise ValueError(f"trl_mode server needs server_gpus: one CUDA device per tensor-parallel rank "
+                             f"({self.tensor_parallel_size}), got {self.server_gpus}")
+        return self
 
 
 class GenerationConfig(Strict):

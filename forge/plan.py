@@ -137,6 +137,7 @@ def _grpo_row(cfg: RecipeConfig, settings) -> tuple[str, str, list[str]]:
     data = f"≤ {settings.max_prompts} prompts × {settings.num_generations} rollouts"
     if settings.use_vllm:
         v = cfg.generation.vllm
-        backend = f"TRL + vLLM ({v.trl_mode}, tp {v.tensor_parallel_size}, {v.gpu_memory_utilization:.0%} memory)"
+        where = f"server on GPU {','.join(map(str, v.server_gpus))}" if v.trl_mode == "server" else v.trl_mode
+        backend = f"TRL + vLLM ({where}, tp {v.tensor_parallel_size}, {v.gpu_memory_utilization:.0%} memory)"
         return backend, data, []
     return "TRL, HF generate", data, ["GRPO rollouts by HF generate (grpo.use_vllm false)"]

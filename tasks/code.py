@@ -343,8 +343,7 @@ def code_grpo_task(
     from forge.data.jsonl import read_jsonl
     from forge.data.mix import read_heldout
     from forge.generation import local_backend
-    from forge.training.grpo import run_grpo
-    from forge.training.launch import run_training
+    from forge.training.grpo import train_grpo
     from forge.training.sft import heldout_chat_loss
     from registry.models import register_checkpoint
 
@@ -371,9 +370,9 @@ def code_grpo_task(
         log_config(cfg)
         mlflow.log_params({"prompts": len(prompts), "problems": len({p["problem_id"] for p in prompts})})
         rewards = CodeRewards(table, cfg.format_weight, cfg.time_weight)
-        result = run_training(run_grpo, runtime, out, log_metrics=metrics_logger(), policy_dir=Path(policy.model_dir),
-                              prompts=prompts, reward_funcs=rewards.funcs(), settings=settings, seed=seed, stage=name,
-                              generation=generation, reward_weights=CodeRewards.weights(stage))
+        result = train_grpo(runtime, out, log_metrics=metrics_logger(), policy_dir=Path(policy.model_dir),
+                            prompts=prompts, reward_funcs=rewards.funcs(), settings=settings, seed=seed, stage=name,
+                            generation=generation, reward_weights=CodeRewards.weights(stage))
         (out / CURVE_FILE).write_text(json.dumps(result.curve))
         for key, label in CURVES.items():
             steps, values = result.series(key)

@@ -139,8 +139,7 @@ def grpo_task(
     from transformers import AutoTokenizer
 
     from forge.data.mix import MixRows, read_heldout
-    from forge.training.grpo import run_grpo
-    from forge.training.launch import run_training
+    from forge.training.grpo import train_grpo
     from forge.training.pairs import build_rl_prompts
     from forge.training.sft import heldout_chat_loss
     from registry.models import register_checkpoint
@@ -158,9 +157,9 @@ def grpo_task(
         log_config(cfg)
         mlflow.log_param("prompts", len(prompts))
         reward = _reward(cfg, rm, tokenizer, runtime.bf16)
-        result = run_training(run_grpo, runtime, out, log_metrics=metrics_logger(), policy_dir=Path(policy.model_dir),
-                              prompts=prompts, reward_funcs=[reward], settings=cfg.grpo, seed=seed, stage=stage,
-                              generation=generation)
+        result = train_grpo(runtime, out, log_metrics=metrics_logger(), policy_dir=Path(policy.model_dir),
+                            prompts=prompts, reward_funcs=[reward], settings=cfg.grpo, seed=seed, stage=stage,
+                            generation=generation)
         for key, label in ROLLOUT_CURVES.items():
             steps, values = result.series(key)
             if values:

@@ -30,7 +30,7 @@ from trl import GRPOConfig, GRPOTrainer
 from forge.chat import completion_text
 from forge.config import GenerationConfig, GRPOSettings, TrainingRuntimeConfig
 from forge.training.checkpoints import ForwardMetrics, MetricsLogger, ResumableTraining, common_trainer_args
-from forge.training.launch import broadcast_from_rank0
+from forge.training.launch import broadcast_from_rank0, job_dir_for, run_training
 from forge.training.pairs import repetition_fraction
 
 logger = logging.getLogger(__name__)
@@ -116,24 +116,31 @@ def build_grpo_config(
     generation: GenerationConfig | None = None,
     seed: int = 0,
     reward_weights: Sequence[float] | None = None,
+    vllm_server_url: str | None = None,
 ) -> GRPOConfig:
     """TRL's ``GRPOConfig`` from the profile's settings; every default that bites on CPU set explicitly
     (docs/stack.md). ``GRPOSettings`` has already checked that the batch divides into rollout groups.
 
-    With ``s.use_vllm`` the rollouts run in vLLM inside the training processes (TRL colocate mode) sized by
-    ``generation.vllm``; building the config imports nothing from vLLM, so a CPU test can validate a GPU profile.
+    With ``s.use_vllm`` the rollouts run in vLLM sized by ``generation.vllm``: inside the training processes (TRL
+    colocate mode), or on the stage's own server at ``vllm_server_url`` (server mode; started by
+    :func:`train_grpo`). Building the config imports nothing from vLLM, so a CPU test can validate a GPU profile.
     """
     vllm: dict[str, Any] = {"use_vllm": False}
     if s.use_vllm:
         v = (generation or GenerationConfig()).vllm
-        vllm = {
-            "use_vllm": True,
-            "vllm_mode": v.trl_mode,
-            "vllm_gpu_memory_utilization": v.gpu_memory_utilization,
-            "vllm_tensor_parallel_size": v.tensor_parallel_size,
-            "vllm_max_model_length": v.max_model_len,
-            "vllm_enable_sleep_mode": v.trl_mode == "colocate",
-        }
+        vllm = {"use_vllm": True, "vllm_mode": v.trl_mode}
+        if v.trl_mode == "colocate":
+            vllm |= {
+                "vllm_gpu_memory_utilization": v.gpu_memory_utilization,
+                "vllm_tensor_parallel_size": v.tensor_parallel_size,
+                "vllm_max_model_length": v.max_model_len,
+                "vllm_enable_sleep_mode": True,
+            }
+        elif vllm_server_url is None:
+            raise ValueError("generation.vllm.trl_mode is server but the stage has no server: GRPO stages run "
+                             "through forge.training.grpo.train_grpo, which starts one")
+        else:  # the server was sized when it started (forge/training/vllm_server.py)
+            vllm |= {"vllm_server_base_url": vllm_server_url, "vllm_server_timeout": v.server_start_timeout_s}
     args = common_trainer_args(work_dir, runtime, seed=seed, save_steps=s.save_steps)
     args["lr_scheduler_type"] = "constant"  # a short RL run should not spend half its steps at a decayed rate
     return GRPOConfig(
@@ -239,9 +246,11 @@ def run_grpo(
     generation: GenerationConfig | None = None,
     log_metrics: MetricsLogger | None = None,
     reward_weights: Sequence[float] | None = None,
+    vllm_server_url: str | None = None,
 ) -> GRPOResult:
     """GRPO from the policy in ``policy_dir`` over ``prompts``; the trained policy is written to ``out_dir``.
     The reward is the sum of ``reward_funcs`` weighted by ``reward_weights`` (default: all 1); TRL logs each one.
+    ``vllm_server_url``: the stage's vLLM server in TRL's server mode (see :func:`train_grpo`).
 
     A checkpoint left in the work dir by a killed run is resumed (the per-step curve then starts there).
     """
@@ -256,7 +265,7 @@ def run_grpo(
     trainer = (GRPOTrainer if runtime.fused_lm_head else LogitsGRPOTrainer)(
         model=model,
         reward_funcs=reward_funcs,
-        args=build_grpo_config(settings, runtime, run.work_dir, generation, seed, reward_weights),
+        args=build_grpo_config(settings, runtime, run.work_dir, generation, seed, reward_weights, vllm_server_url),
         train_dataset=Dataset.from_list(prompts),
         processing_class=tokenizer,
         callbacks=[records, ForwardMetrics(log_metrics, prefix=f"{stage}/")],
@@ -276,3 +285,23 @@ def run_grpo(
         seconds=run.seconds,
         resumed_from_step=run.resumed_from_step,
     )
+
+
+def train_grpo(
+    runtime: TrainingRuntimeConfig,
+    out_dir: Path,
+    *,
+    policy_dir: Path,
+    settings: GRPOSettings,
+    generation: GenerationConfig | None = None,
+    log_metrics: MetricsLogger | None = None,
+    **kwargs: Any,
+) -> GRPOResult:
+    """:func:`run_grpo` as a stage runs it: in this process or on every rank of an ``accelerate launch``
+    (forge/training/launch.py), inside the stage's vLLM server when the profile rolls out in TRL's server mode
+    (forge/training/vllm_server.py: started on the starting checkpoint, stopped when training ends)."""
+    from forge.training.vllm_server import rollout_server
+
+    with rollout_server(settings, generation, policy_dir, job_dir_for(out_dir)) as url:
+        return run_training(run_grpo, runtime, out_dir, log_metrics=log_metrics, policy_dir=policy_dir,
+                            settings=settings, generation=generation, vllm_server_url=url, **kwargs)

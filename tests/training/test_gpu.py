@@ -133,3 +133,27 @@ def test_vllm_backend_answers_greedily_and_gives_its_memory_back(tiny_policy):
     assert reserved > 0.2 * total, f"the engine took {reserved / 2**30:.1f} GiB, not its 30% share"
     assert len(first) == 8 and all(isinstance(t, str) for t in first) and first == again
     assert torch.cuda.mem_get_info()[0] > free_before - 2**30, "the engine kept its memory after the with"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM (make setup-gpu)")
+def test_grpo_in_trl_server_mode_trains_against_the_stages_own_vllm_server(hh_chats, rm_dir, tiny_policy, tokenizer,
+                                                                          tmp_path):
+    """TRL's server mode as a stage runs it (forge.training.grpo.train_grpo): the stage starts ``trl vllm-serve``
+    on the starting checkpoint (here on the training GPU too, at a third of its memory: one device is lent), the
+    rollouts come from it with the weights pushed after each step, and the server is gone when training ends."""
+    from forge.config import GenerationConfig, GRPOSettings, VLLMConfig
+    from forge.training.grpo import PointwiseRMReward, train_grpo
+    from forge.training.pairs import build_rl_prompts
+    from forge.training.vllm_server import _healthy
+
+    prompts = build_rl_prompts(hh_chats, tokenizer, max_prompts=32, max_prompt_tokens=96, seed=0)
+    reward = PointwiseRMReward(RewardScorer(rm_dir, max_length=256), 32, [tokenizer.eos_token_id])
+    settings = GRPOSettings(num_generations=8, max_completion_length=32, learning_rate=1e-3, max_steps=4,
+                            per_device_batch_size=16, temperature=1.0, save_steps=100, use_vllm=True)
+    generation = GenerationConfig(vllm=VLLMConfig(trl_mode="server", server_gpus=[0], gpu_memory_utilization=0.3,
+                                                  max_model_len=1024, dtype="auto", server_port=8765))
+    result = train_grpo(TrainingRuntimeConfig(), tmp_path / "grpo", policy_dir=tiny_policy, prompts=prompts,
+                        reward_funcs=[reward], settings=settings, generation=generation)
+    assert result.series("reward")[0] == [1, 2, 3, 4]
+    assert (result.out_dir / "model.safetensors").exists()
+    assert not _healthy("http://127.0.0.1:8765"), "the stage left its vLLM server running"
