@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from flows.links import (
+    background,
     flow_run_url,
     logs_to_flow_run,
     mlflow_run_url,
@@ -120,6 +121,8 @@ class RecipeRun:
             except BaseException:
                 summary.finish("failed")
                 raise
+            finally:
+                background.flush()  # the stages' artifacts are on the run before it ends
             summary.finish("completed")
 
     def record_data(self, data: DataMix) -> None:

@@ -8,10 +8,14 @@ Links point at the servers the run talks to when they are servers (``PREFECT_API
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
+import queue
 import re
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -122,10 +126,60 @@ def _number(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+class _Background:
+    """Prefect API calls no stage waits on (the stages' artifacts): one daemon thread runs them in order, each in
+    the context (Prefect settings, client) of the code that handed it over; :meth:`flush` waits for them. A call
+    takes ~50 ms of the server's time (bench/recipe_profile.py counted it in every stage's wall time); one that
+    fails is logged, not raised: a missing summary card must not fail a trained stage."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue = queue.Queue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._work, name="forge-prefect-calls", daemon=True)
+                self._thread.start()
+        self._queue.put((contextvars.copy_context(), fn, args, kwargs))
+
+    def _work(self) -> None:
+        while True:
+            context, fn, args, kwargs = self._queue.get()
+            try:
+                context.run(fn, *args, **kwargs)
+            except Exception as err:  # noqa: BLE001 — reported, and the run goes on
+                log.warning("could not record %s on the Prefect run: %s", fn.__name__, err)
+            finally:
+                self._queue.task_done()
+
+    def flush(self, timeout: float = 60.0) -> None:
+        """Wait until every call handed over has run (at most ``timeout`` seconds: a server that stopped answering
+        must not hold the run's end)."""
+        deadline = time.monotonic() + timeout
+        with self._queue.all_tasks_done:
+            while self._queue.unfinished_tasks:
+                if (left := deadline - time.monotonic()) <= 0:
+                    log.warning("%d stage artifact(s) not yet on the Prefect run after %.0f s; not waiting longer",
+                                self._queue.unfinished_tasks, timeout)
+                    return
+                self._queue.all_tasks_done.wait(left)
+
+
+background = _Background()
+
+
 def stage_artifact(flow_run_id: str, task_run_id: Any, stage: str, fields: dict[str, Any], *,
                    model_name: str | None = None) -> None:
-    """A markdown artifact on the Prefect run ``flow_run_id`` (and the stage's task run) for one finished stage:
-    its state and time, links to its MLflow run and registered version, and its headline metrics as a table."""
+    """Put a markdown artifact on the Prefect run ``flow_run_id`` (and the stage's task run) for one finished stage,
+    in the background (:data:`background`; the recipe flushes it when it ends): its state and time, links to its
+    MLflow run and registered version, and its headline metrics as a table."""
+    background.submit(_create_stage_artifact, flow_run_id, task_run_id, stage, dict(fields), model_name=model_name)
+
+
+def _create_stage_artifact(flow_run_id: str, task_run_id: Any, stage: str, fields: dict[str, Any], *,
+                           model_name: str | None = None) -> None:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import ArtifactCreate
 
