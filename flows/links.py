@@ -175,7 +175,8 @@ def stage_artifact(flow_run_id: str, task_run_id: Any, stage: str, fields: dict[
     """Put a markdown artifact on the Prefect run ``flow_run_id`` (and the stage's task run) for one finished stage,
     in the background (:data:`background`; the recipe flushes it when it ends): its state and time, links to its
     MLflow run and registered version, and its headline metrics as a table."""
-    background.submit(_create_stage_artifact, flow_run_id, task_run_id, stage, dict(fields), model_name=model_name)
+    background.submit(_create_stage_artifact, flow_run_id=flow_run_id, task_run_id=task_run_id, stage=stage,
+                      fields=dict(fields), model_name=model_name)
 
 
 def _create_stage_artifact(flow_run_id: str, task_run_id: Any, stage: str, fields: dict[str, Any], *,

@@ -102,12 +102,20 @@ def test_humaneval_body_continuation_and_full_function():
     ],
 )
 def test_code_rewards(stage, completion, expected):
-    rewards = CodeRewards(problems=PROBLEMS)
-    funcs = rewards.funcs()
-    assert [f.__name__ for f in funcs] == ["r_format", "r_correctness", "r_time"]
-    conversational = [[{"role": "assistant", "content": completion}]]
-    parts = [f(prompts=["p"], completions=conversational, problem_id=[MAXSUB.id])[0] for f in funcs]
-    assert sum(w * p for w, p in zip(CodeRewards.weights(stage), parts)) == pytest.approx(expected)
+    def reward() -> float:
+        funcs = CodeRewards(problems=PROBLEMS).funcs()  # a fresh one: CodeRewards keeps its verdicts
+        assert [f.__name__ for f in funcs] == ["r_format", "r_correctness", "r_time"]
+        conversational = [[{"role": "assistant", "content": completion}]]
+        parts = [f(prompts=["p"], completions=conversational, problem_id=[MAXSUB.id])[0] for f in funcs]
+        return sum(w * p for w, p in zip(CodeRewards.weights(stage), parts))
+
+    got = reward()
+    if stage == 2 and got != pytest.approx(expected):
+        # R_time times the program: beside another pytest worker on a slow host Kadane was once taken for a class
+        # too slow (CI, 2026-11-27). Judged again, once, as tests/code/test_complexity.py does: a judge that is
+        # wrong, not unlucky, misses twice.
+        got = reward()
+    assert got == pytest.approx(expected)
 
 
 @needs_sandbox
