@@ -30,7 +30,7 @@ from trl import GRPOConfig, GRPOTrainer
 from forge.chat import completion_text
 from forge.config import GenerationConfig, GRPOSettings, TrainingRuntimeConfig
 from forge.training.checkpoints import ForwardMetrics, MetricsLogger, ResumableTraining, common_trainer_args
-from forge.training.launch import broadcast_from_rank0, job_dir_for, run_training
+from forge.training.launch import broadcast_from_rank0, run_training
 from forge.training.pairs import repetition_fraction
 
 logger = logging.getLogger(__name__)
@@ -302,6 +302,8 @@ def train_grpo(
     (forge/training/vllm_server.py: started on the starting checkpoint, stopped when training ends)."""
     from forge.training.vllm_server import rollout_server
 
-    with rollout_server(settings, generation, policy_dir, job_dir_for(out_dir)) as url:
+    # Its log beside the output, not in the launch folder: run_training empties that before the ranks start.
+    log_dir = Path(out_dir).parent / f".{Path(out_dir).name}.vllm"
+    with rollout_server(settings, generation, policy_dir, log_dir) as url:
         return run_training(run_grpo, runtime, out_dir, log_metrics=log_metrics, policy_dir=policy_dir,
                             settings=settings, generation=generation, vllm_server_url=url, **kwargs)

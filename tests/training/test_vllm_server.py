@@ -5,7 +5,6 @@ up on the URL minutes later. That the server serves and is stopped is tests/trai
 from __future__ import annotations
 
 import importlib.util
-import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -13,16 +12,11 @@ import pytest
 
 from forge.config import ConfigError, GenerationConfig, GRPOSettings, VLLMConfig, load_profile
 from forge.training.grpo import build_grpo_config
+from forge.training.launch import _free_port
 from forge.training.vllm_server import LOG_NAME, VLLMServerError, rollout_server, serve_command
 
 SETTINGS = GRPOSettings(num_generations=2, max_completion_length=8, max_steps=1, per_device_batch_size=2,
                         use_vllm=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _server_mode(port: int) -> GenerationConfig:
