@@ -263,7 +263,7 @@ def pretrain(
     else:
         final = trainer.evaluate()["eval_loss"]
         curve = loss_curve(trainer.state.log_history)
-    run.finish(trainer.model, tokenizer)
+    run.finish(trainer, tokenizer)
     steps = trainer.state.global_step
     return PretrainResult(
         out_dir=run.out_dir,

@@ -9,7 +9,7 @@ complete model or does not exist. :class:`ResumableTraining` takes those steps f
     trainer = SomeTrainer(..., args=TrainingArguments(**common_trainer_args(run.work_dir, runtime, ...)))
     before = run.once("eval_loss_before", lambda: evaluate(trainer))  # measured once, kept across a resume
     run.train(trainer, "sft ctx-256")                          # continues from the last complete checkpoint
-    run.finish(trainer.model, tokenizer)                       # out_dir appears whole, the work dir goes
+    run.finish(trainer, tokenizer)                             # out_dir appears whole, the work dir goes
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from accelerate.utils import DistributedType
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 
@@ -130,16 +131,35 @@ class ResumableTraining:
     def train(self, trainer: Trainer, label: str) -> None:
         """``trainer.train()`` from the resume point; Forge logs progress itself (no PrinterCallback dicts)."""
         trainer.remove_callback(PrinterCallback)
+        accelerator = trainer.accelerator
+        # Which engine actually trains (FSDP, DeepSpeed, DDP or one process) as the Trainer set it up from the launch:
+        # a profile that names fsdp on a machine without GPUs gets plain data parallelism (forge/training/launch.py).
+        engine = accelerator.distributed_type.value
+        logger.info("%s: %s, %d process(es), %s, mixed precision %s", label,
+                    "single process" if engine == "NO" else engine, accelerator.num_processes, accelerator.device,
+                    accelerator.mixed_precision)
         if self.resume:
             logger.info("%s: resuming from %s", label, self.resume)
         trainer.train(resume_from_checkpoint=self.resume)
 
-    def finish(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> Path:
+    def finish(self, trainer: Trainer, tokenizer: PreTrainedTokenizerBase) -> Path:
         """Write the trained model atomically to ``out_dir`` and remove the work dir; returns ``out_dir``. Under a
-        launch only rank 0 writes, once every rank has finished training and the ranks' weights are known to agree."""
-        assert_replicas_agree(_unwrapped(model))
+        launch only rank 0 writes, once every rank has finished training and the ranks' weights are known to agree.
+
+        Under FSDP or DeepSpeed ZeRO-3 each rank holds a shard of every weight: all ranks gather the full state dict
+        (rank 0 receives it, on the CPU) and rank 0 writes an ordinary checkpoint from it. Without the gather the
+        model's own tensors are shards whose storage FSDP has freed (on an H200, 2026-11-27: safetensors' "invalid
+        python storage" at the final save)."""
+        model, accelerator = _unwrapped(trainer.model), trainer.accelerator
+        state_dict = None
+        if accelerator.distributed_type == DistributedType.DEEPSPEED:
+            state_dict = accelerator.get_state_dict(trainer.model_wrapped)  # collective: every rank takes part
+        elif accelerator.distributed_type == DistributedType.FSDP:
+            state_dict = accelerator.get_state_dict(trainer.model)
+        else:
+            assert_replicas_agree(model)  # replicated engines only: sharded ranks hold different parts by design
         if is_main_process():
-            save_atomically(_unwrapped(model), tokenizer, self.out_dir)
+            save_atomically(model, tokenizer, self.out_dir, state_dict=state_dict)
             shutil.rmtree(self.work_dir, ignore_errors=True)
         barrier()
         return self.out_dir
@@ -172,8 +192,10 @@ def _unwrapped(model: torch.nn.Module) -> PreTrainedModel:
     return getattr(model, "module", model)
 
 
-def save_atomically(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: Path) -> Path:
-    """Write model + tokenizer to ``out_dir`` so that readers never see a half-written directory.
+def save_atomically(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: Path, *,
+                    state_dict: dict[str, torch.Tensor] | None = None) -> Path:
+    """Write model + tokenizer to ``out_dir`` so that readers never see a half-written directory. ``state_dict``:
+    the weights to write instead of the model's own (the full weights gathered from sharded ranks).
 
     ``os.replace`` cannot swap a non-empty directory, so an existing ``out_dir`` is first renamed aside; the
     window where ``out_dir`` is missing is two renames long, never a partial write.
@@ -182,7 +204,7 @@ def save_atomically(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
+    model.save_pretrained(tmp, state_dict=state_dict)
     tokenizer.save_pretrained(tmp)
     old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
     if out_dir.exists():
@@ -225,9 +247,16 @@ def training_device() -> torch.device:
 
 
 def apply_runtime(runtime: TrainingRuntimeConfig) -> None:
-    """Process-wide runtime settings (CPU threads)."""
+    """Process-wide runtime settings: CPU threads; on CUDA in bf16, attention without cuDNN's fused kernel.
+
+    On an H200 (torch 2.11.0+cu130, 2026-11-27) GRPO in bf16 went NaN at step 36 of 40: anomaly detection named
+    ``ScaledDotProductCudnnAttentionBackward0`` as the op returning NaN gradients (the forward was finite), and with
+    eager attention the same run trained all 40 steps. PyTorch picks cuDNN's attention for half precision on Hopper
+    when it can; with it off, SDPA takes its flash or memory-efficient kernels (tests/training/test_gpu.py)."""
     if runtime.threads > 0:
         torch.set_num_threads(runtime.threads)
+    if runtime.bf16 and torch.cuda.is_available():
+        torch.backends.cuda.enable_cudnn_sdp(False)
 
 
 class ForwardMetrics(TrainerCallback):

@@ -277,7 +277,7 @@ def run_grpo(
     logger.info("%s: %d prompts × %d rollouts, %d steps", stage, len(prompts), settings.num_generations,
                 settings.max_steps)
     run.train(trainer, stage)
-    run.finish(trainer.model, tokenizer)
+    run.finish(trainer, tokenizer)
     return GRPOResult(
         out_dir=run.out_dir,
         curve=records.records,

@@ -200,7 +200,7 @@ def train_pairwise_rm(
     logger.info("rm-pairwise (λ=%g): held-out accuracy %.3f, position-bias rate %.3f (before %.3f / %.3f)",
                 cfg.swap_consistency_weight, after.accuracy, after.position_bias_rate, before.accuracy,
                 before.position_bias_rate)
-    run.finish(trainer.model, tokenizer)
+    run.finish(trainer, tokenizer)
     return PairwiseRMResult(
         out_dir=run.out_dir,
         before=before,

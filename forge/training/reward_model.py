@@ -249,7 +249,7 @@ def train_reward_model(
     run.train(trainer, "rm-pointwise")
     after = accuracy_by_source(trainer.model, tokenizer, eval_pairs, cfg.max_length)
     logger.info("rm-pointwise: %d steps, held-out accuracy %s after", trainer.state.global_step, _fmt(after))
-    run.finish(trainer.model, tokenizer)
+    run.finish(trainer, tokenizer)
     curve = [(int(r["step"]), float(r["loss"])) for r in trainer.state.log_history if "loss" in r]
     return RewardModelResult(
         out_dir=run.out_dir,

@@ -257,7 +257,7 @@ def run_sft_stage(
     before = run.saved("eval_loss_before")
     after = _evaluate(trainer)
     logger.info("sft %s: %d steps, held-out loss %.4f → %.4f", stage.name, trainer.state.global_step, before, after)
-    run.finish(trainer.model, trainer.processing_class)
+    run.finish(trainer, trainer.processing_class)
 
     real_tokens, positions = sum_over_ranks(collator.real_tokens, collator.positions)  # every rank's batches
     curve = [(int(r["step"]), float(r["loss"])) for r in trainer.state.log_history if "loss" in r]
