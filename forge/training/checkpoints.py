@@ -29,7 +29,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, Trai
 from transformers.trainer_callback import PrinterCallback
 
 from forge.config import TrainingRuntimeConfig
-from forge.training.launch import assert_replicas_agree, barrier, is_main_process
+from forge.training.launch import assert_replicas_agree, barrier, beside, is_main_process
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ MetricsLogger = Callable[[dict[str, float], int], None]
 
 def work_dir_for(out_dir: Path) -> Path:
     """The trainer's scratch dir for ``out_dir``: a sibling, so a rename never crosses filesystems."""
-    return out_dir.parent / f".{out_dir.name}.work"
+    return beside(out_dir, "work")
 
 
 def find_resume_checkpoint(work_dir: Path) -> str | None:

@@ -30,7 +30,7 @@ from trl import GRPOConfig, GRPOTrainer
 from forge.chat import completion_text
 from forge.config import GenerationConfig, GRPOSettings, TrainingRuntimeConfig
 from forge.training.checkpoints import ForwardMetrics, MetricsLogger, ResumableTraining, common_trainer_args
-from forge.training.launch import broadcast_from_rank0, run_training
+from forge.training.launch import beside, broadcast_from_rank0, run_training
 from forge.training.pairs import repetition_fraction
 
 logger = logging.getLogger(__name__)
@@ -303,7 +303,6 @@ def train_grpo(
     from forge.training.vllm_server import rollout_server
 
     # Its log beside the output, not in the launch folder: run_training empties that before the ranks start.
-    log_dir = Path(out_dir).parent / f".{Path(out_dir).name}.vllm"
-    with rollout_server(settings, generation, policy_dir, log_dir) as url:
+    with rollout_server(settings, generation, policy_dir, beside(out_dir, "vllm")) as url:
         return run_training(run_grpo, runtime, out_dir, log_metrics=log_metrics, policy_dir=policy_dir,
                             settings=settings, generation=generation, vllm_server_url=url, **kwargs)

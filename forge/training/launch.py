@@ -186,7 +186,7 @@ def accelerate_config_path(name: str) -> Path:
     return path
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -196,7 +196,7 @@ def launch_command(runtime: TrainingRuntimeConfig, job_dir: Path) -> list[str]:
     """The ``accelerate launch`` command line for one job (every setting explicit, so accelerate warns of none)."""
     n = runtime.num_processes
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(n), "--num_machines", "1",
-           "--main_process_port", str(_free_port()), "--dynamo_backend", "no",
+           "--main_process_port", str(free_port()), "--dynamo_backend", "no",
            "--mixed_precision", "bf16" if runtime.bf16 else "no"]
     if runtime.accelerate_config:
         cmd += ["--config_file", str(accelerate_config_path(runtime.accelerate_config))]
@@ -215,8 +215,15 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
+def beside(out_dir: Path, kind: str) -> Path:
+    """A stage's hidden folder for one kind of scratch next to its output, ``.<name>.<kind>``: a sibling, so a
+    rename into ``out_dir`` never crosses filesystems and a glob of the stages' outputs never sees it."""
+    out_dir = Path(out_dir)
+    return out_dir.parent / f".{out_dir.name}.{kind}"
+
+
 def job_dir_for(out_dir: Path) -> Path:
-    return Path(out_dir).parent / f".{Path(out_dir).name}.launch"
+    return beside(out_dir, "launch")
 
 
 def run_training(

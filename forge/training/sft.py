@@ -40,7 +40,7 @@ from forge.training.checkpoints import (
     apply_runtime,
     common_trainer_args,
 )
-from forge.training.launch import rank, sum_over_ranks
+from forge.training.launch import beside, rank, sum_over_ranks
 from forge.training.tokenizer import encode_chat
 
 logger = logging.getLogger(__name__)
@@ -286,8 +286,7 @@ def heldout_chat_loss(
     """Held-out chat loss of any policy checkpoint, measured exactly as the last SFT stage measures it (same rows,
     same masks, its ``max_length``), so RL checkpoints carry a ``sft_heldout_loss`` the promotion gate can
     compare with an SFT champion's. Works in a hidden folder beside ``model_dir``, removed afterwards."""
-    model_dir = Path(model_dir)
-    work_dir = model_dir.parent / f".{model_dir.name}.eval"
+    work_dir = beside(model_dir, "eval")
     trainer = build_sft_trainer(model_dir, eval_rows, eval_rows, sft.curriculum[-1], sft, runtime, work_dir)
     try:
         return _evaluate(trainer)

@@ -12,7 +12,7 @@ import pytest
 
 from forge.config import ConfigError, GenerationConfig, GRPOSettings, VLLMConfig, load_profile
 from forge.training.grpo import build_grpo_config
-from forge.training.launch import _free_port
+from forge.training.launch import free_port
 from forge.training.vllm_server import LOG_NAME, VLLMServerError, rollout_server, serve_command
 
 SETTINGS = GRPOSettings(num_generations=2, max_completion_length=8, max_steps=1, per_device_batch_size=2,
@@ -26,7 +26,7 @@ def _server_mode(port: int) -> GenerationConfig:
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed: the server would start")
 def test_a_server_that_cannot_start_fails_the_stage_with_its_command_and_log(tmp_path):
-    generation = _server_mode(_free_port())
+    generation = _server_mode(free_port())
     with pytest.raises(VLLMServerError) as err, rollout_server(SETTINGS, generation, "/models/policy", tmp_path):
         pytest.fail("the body must not run without a server")
     message = str(err.value)
