@@ -33,7 +33,7 @@ def evaluate_flow(config: RecipeConfig, run: RecipeRun, *, model: Checkpoint, ju
         suites.append((f"eval-{suite}", eval_suite_task, {**gen, "suite": suite, "seed": config.seed,
                                                           "cfg": getattr(config.eval, suite), **extra}))
     reports = run.stages(suites)  # independent: side by side on a Ray cluster (forge/fanout.py)
-    run.stage("eval-report", eval_report_task, model=model)
+    run.stage("eval-report", eval_report_task, model=model, reports=reports)
     return reports
 
 

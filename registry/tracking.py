@@ -15,21 +15,25 @@ commit), its data (DVC md5), its Prefect flow run and the model version it start
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import mlflow
 from mlflow import MlflowClient
+from mlflow.entities import Metric, RunTag
 from mlflow.exceptions import MlflowException
 from pydantic import BaseModel, ConfigDict, Field
 
 from forge.workspace import REPO_ROOT, Workspace
 
 EXPERIMENT = "forge"
+LOGGED_ARTIFACTS_TAG = "mlflow.loggedArtifacts"  # which of a run's artifacts are tables (MLflow's UI reads it)
 
 # Lineage tags (on runs and on model versions).
 STAGE_TAG = "forge.stage"
@@ -220,11 +224,43 @@ def log_dataset(path: str | Path, name: str, digest: str, context: str) -> None:
     mlflow.log_input(MetaDataset(source, name=name, digest=digest), context=context)
 
 
-def log_table(rows: list[dict], artifact_file: str) -> None:
-    """Log rows (dicts, possibly with different keys) as an MLflow table artifact (``artifact_file`` ends .json)."""
+def log_table(rows: list[dict], artifact_file: str, *, metrics: dict[str, float] | None = None) -> None:
+    """Log rows (dicts, possibly with different keys) to the active run as an MLflow table artifact
+    (``artifact_file`` ends .json), and ``metrics`` with it.
+
+    Written as ``mlflow.log_table`` writes a table (``{"columns": [...], "data": [[...], ...]}``, the run's
+    ``mlflow.loggedArtifacts`` tag naming it a table, so the MLflow UI and ``mlflow.load_table`` read it), in one
+    artifact write and one batch of tag and metrics: ``mlflow.log_table`` goes through pandas and four store calls
+    (list the run's artifacts, write, read the run, set the tag), most of a short evaluation's MLflow time
+    (bench/recipe_profile.py). A table already at ``artifact_file`` is replaced, not appended to."""
     if not artifact_file.endswith(".json"):
         raise ValueError(f"log_table: artifact_file must end with .json, got {artifact_file!r}")
     columns: list[str] = []
     for row in rows:
         columns.extend(k for k in row if k not in columns)
-    mlflow.log_table({c: [row.get(c) for row in rows] for c in columns}, artifact_file)
+    table = {"columns": columns, "data": [[_json_value(row.get(c)) for c in columns] for row in rows]}
+    try:
+        text = json.dumps(table, allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise MlflowException(f"log_table: {artifact_file}: a value is not JSON: {err}") from None
+    active = mlflow.active_run()
+    if active is None:
+        raise MlflowException(f"log_table: {artifact_file}: no active run to log it to")
+    run_id = active.info.run_id
+    mlflow.log_text(text, artifact_file)
+    client = MlflowClient()
+    logged = json.loads(client.get_run(run_id).data.tags.get(LOGGED_ARTIFACTS_TAG, "[]"))
+    entry = {"path": artifact_file, "type": "table"}
+    tags = [] if entry in logged else [RunTag(LOGGED_ARTIFACTS_TAG, json.dumps([*logged, entry]))]
+    now = int(time.time() * 1000)
+    client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in (metrics or {}).items()], tags=tags)
+
+
+def _json_value(value):
+    """A table cell as JSON has it: NaN and infinities as null (as pandas writes them), numpy scalars as numbers."""
+    if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+

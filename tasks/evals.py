@@ -22,14 +22,10 @@ from tasks._cache import cached_task
 JUDGE_TAG = "forge.judge"
 
 
-def _record(model: Checkpoint, suite: str, run_id: str, metrics: dict[str, float], items: list[dict]) -> None:
-    """Log the per-item table and the summary to the active run; put the summary and the run id on the version."""
-    from registry.models import set_version_metrics
-
-    mlflow.log_metrics(metrics)
-    log_table(items, ITEMS_ARTIFACT)
-    set_version_metrics(model.model_name, model.version, metrics)
-    mlflow.MlflowClient().set_model_version_tag(model.model_name, model.version, run_tag(suite), run_id)
+def _record(metrics: dict[str, float], items: list[dict]) -> None:
+    """The suite's summary metrics and per-item table on its run. The model version gets them from the
+    ``eval-report`` stage (:func:`eval_report_task`), which runs after every suite."""
+    log_table(items, ITEMS_ARTIFACT, metrics=metrics)
 
 
 def _tags(suite: str, model: Checkpoint) -> dict[str, str]:
@@ -55,7 +51,7 @@ def humaneval_task(*, ctx: StageContext, model: Checkpoint, cfg: HumanEvalConfig
                    "humaneval_n": float(report.n)}
         items = [{"id": r.task_id, "source": "humaneval", "score": float(r.passed), "status": r.status,
                   "error": r.error} for r in report.rows]
-        _record(model, "humaneval", run.info.run_id, metrics, items)
+        _record(metrics, items)
     return EvalReport(suite="humaneval", model=model.ref, run_id=run.info.run_id, metrics=metrics)
 
 
@@ -75,7 +71,7 @@ def code_suite_task(*, ctx: StageContext, model: Checkpoint, cfg: CodeSuiteConfi
         metrics = report.metrics()
         items = [{"id": r["problem_id"], "source": r["source"], "score": float(r["solved"]), **r}
                  for r in report.table()]
-        _record(model, "code", run.info.run_id, metrics, items)
+        _record(metrics, items)
     return EvalReport(suite="code", model=model.ref, run_id=run.info.run_id, metrics=metrics)
 
 
@@ -94,7 +90,7 @@ def eval_suite_task(*, ctx: StageContext, model: Checkpoint, suite: str, cfg: Su
         with local_backend(generation, model.model_dir, batch_size=cfg.batch_size) as backend:
             report = run_model_suite(suite, backend, cfg, ws.corpora, ws=ws, seed=seed, judge=judge)
         metrics = {**report.metrics, f"{suite}_seconds": round(report.seconds, 1)}
-        _record(model, suite, run.info.run_id, metrics, report.rows)
+        _record(metrics, report.rows)
     return EvalReport(suite=suite, model=model.ref, run_id=run.info.run_id, metrics=metrics)
 
 
@@ -131,13 +127,22 @@ def run_model_suite(suite: str, backend: Any, cfg: Any, corpora: Path, *, ws: An
 
 
 @task(name="eval-report")
-def eval_report_task(*, ctx: StageContext, model: Checkpoint) -> EvalReport:
-    """The matrix as pictures, before the gate decides: every version's headline metric per domain, and the
+def eval_report_task(*, ctx: StageContext, model: Checkpoint, reports: list[EvalReport]) -> EvalReport:
+    """Put every suite's metrics and run id on the model version (what the promotion gate and the report read),
+    then the matrix as pictures, before the gate decides: every version's headline metric per domain, and the
     candidate against the champion with paired per-domain deltas (tasks/eval_report.py). Not cached: it reads
-    the registry as it is now."""
+    the registry as it is now, and writes the version's tags again on every run (a run killed between a suite
+    and this stage leaves a cached suite whose metrics are not on the version yet)."""
+    from registry.models import set_version_metrics
     from tasks.eval_report import log_eval_report
 
+    client = mlflow.MlflowClient()
+    for report in reports:
+        if report.model != model.ref:
+            raise ValueError(f"eval-report for {model.ref}: the {report.suite} report is of {report.model}")
+        set_version_metrics(model.model_name, model.version, report.metrics, client=client)
+        client.set_model_version_tag(model.model_name, model.version, run_tag(report.suite), report.run_id)
     with ctx.start_run("eval-report", {STAGE_TAG: "eval/report", MODEL_TAG: model.ref}) as run:
-        logged = log_eval_report(mlflow.MlflowClient(), model.model_name, model.version)
+        logged = log_eval_report(client, model.model_name, model.version)
         mlflow.set_tag("forge.champion", logged["champion"] or "none")
     return EvalReport(suite="report", model=model.ref, run_id=run.info.run_id, metrics={})

@@ -91,8 +91,9 @@ def test_stage_runs_nest_and_carry_lineage_and_artifacts(client, workspace):
         log_curve("loss", [0, 1, 2, 3], [3.0, 2.5, 2.2, 2.1], ylabel="loss")
         log_table(
             [{"task_id": "a", "passed": True}, {"task_id": "b", "passed": False, "status": "timeout"}],
-            "evals/humaneval.json",
+            "evals/humaneval.json", metrics={"pass_at_1": 0.5},
         )
+        log_table([{"task_id": "a", "score": float("nan")}], "evals/other.json")
     # a run started elsewhere (another process) nests under an explicit parent id
     with start_stage_run("eval", parent_run_id=parent.info.run_id) as sibling:
         pass
@@ -114,6 +115,11 @@ def test_stage_runs_nest_and_carry_lineage_and_artifacts(client, workspace):
     with open(table_file) as f:
         table = json.load(f)
     assert table["columns"] == ["task_id", "passed", "status"] and len(table["data"]) == 2
+    # what MLflow itself reads: its table loader (by the run's table tag) and the metrics logged with the table
+    loaded = mlflow.load_table("evals/humaneval.json", run_ids=[child.info.run_id])
+    assert loaded["task_id"].tolist() == ["a", "b"] and loaded["status"].tolist()[1] == "timeout"
+    assert mlflow.load_table("evals/other.json", run_ids=[child.info.run_id])["score"].isna().all()  # NaN: null
+    assert run.data.metrics["pass_at_1"] == 0.5
 
 
 def test_register_alias_gate_rollback_and_load(store, tokenizer, tmp_path, model_name):
