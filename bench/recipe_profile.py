@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO))
 BUCKETS = ("work", "prefect", "mlflow", "dvc")
 # Stages whose work *is* versioning or registry calls (DVC commit, model registration, the eval report, the
 # promotion gate): in their overhead share only Prefect's time counts (their MLflow / DVC calls are the work).
-BOOKKEEPING_STAGES = frozenset({"dvc", "register-policy", "eval-report", "promote"})
+BOOKKEEPING_STAGES = frozenset({"dvc", "eval-report", "promote"})
 
 
 class Probes:

@@ -2,7 +2,7 @@
 
     PYTHONPATH=. .venv/bin/python bench/stage_overhead.py [--stages 24] [--rounds 3]
 
-A stage of a sub-second body (``code-drills``, ``refined-mix``, an eval, ``promote``) spends a fixed share of its
+A stage of a sub-second body (``code-drills``, an eval, ``promote``) spends a fixed share of its
 wall time outside its body: Prefect's task run (state changes, the cache key over inputs and library sources,
 result persistence), the run summary Forge writes before and after (forge status), and a markdown artifact on the
 Prefect run. This runs a flow of trivial cached stages through ``RecipeRun.stage`` (the recipe's own path, an

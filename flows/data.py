@@ -14,7 +14,7 @@ from forge.fanout import on_cluster
 from forge.stages import Base, DataMix
 from tasks.code import code_drills_task
 from tasks.data import build_mix_task, build_pools_task, digest_corpora, digest_sources, version_data_task
-from tasks.refinement import cot_reconstruction_task, refined_mix_task, solution_refinement_task
+from tasks.refinement import cot_reconstruction_task, solution_refinement_task
 
 
 @flow(name="data", flow_run_name=name_phase_run)
@@ -33,7 +33,6 @@ def data_flow(config: RecipeConfig, run: RecipeRun, *, base: Base) -> DataMix:
         gen = {"cfg": config.refinement, "generation": config.generation, "seed": config.seed, "base": base}
         refined = run.stage("solution-refinement", solution_refinement_task, **gen,
                             iterations=config.sft.solution_refinement_iterations, mix=mix)
-        rows = run.stage("cot-reconstruction", cot_reconstruction_task, **gen, refined=refined)
-        mix = run.stage("refined-mix", refined_mix_task, cfg=config.mix, draft=mix, refined=refined, rows=rows,
-                        tokenizer=base.tokenizer)
+        mix = run.stage("cot-reconstruction", cot_reconstruction_task, **gen, refined=refined, mix_cfg=config.mix,
+                        draft=mix, tokenizer=base.tokenizer)
     return run.stage("dvc", version_data_task, mix=mix)

@@ -1,5 +1,5 @@
 """SFT flow: the three-stage context curriculum (§2.1.1: 32k → 64k → 256k; tiny: 256 → 512 → 1024), each stage
-from the previous stage's weights, then the final checkpoint registered as a new `forge-policy` version."""
+from the previous stage's weights; the last registers its checkpoint as a new `forge-policy` version."""
 
 from __future__ import annotations
 
@@ -10,14 +10,16 @@ from flows.links import name_phase_run
 from forge.config import RecipeConfig
 from forge.stages import Base, Checkpoint, DataMix
 from registry.tracking import DATA_MD5_TAG
-from tasks.training import register_policy_task, sft_stage_task
+from tasks.training import sft_stage_task
 
 
 @flow(name="sft", flow_run_name=name_phase_run)
 def sft_flow(config: RecipeConfig, run: RecipeRun, *, base: Base, data: DataMix) -> Checkpoint:
     with run.phase("sft", {DATA_MD5_TAG: data.data_md5}) as sft:
         checkpoint: Checkpoint = base
-        for i, stage in enumerate(config.sft.curriculum):
+        last = len(config.sft.curriculum) - 1
+        for i, stage in enumerate(config.sft.curriculum):  # the last stage registers its checkpoint
             checkpoint = sft.stage(f"sft-{i + 1}-{stage.name}", sft_stage_task, stage=stage, index=i, sft=config.sft,
-                                   runtime=config.runtime, init=checkpoint, data=data)
-        return sft.stage("register-policy", register_policy_task, checkpoint=checkpoint, parent=base, data=data)
+                                   runtime=config.runtime, init=checkpoint, data=data,
+                                   register_from=base if i == last else None)
+        return checkpoint

@@ -104,12 +104,13 @@ def recipe_plan(cfg: RecipeConfig) -> list[StagePlan]:
     if cfg.refinement.enabled:
         add("solution-refinement", None, backend=teacher, flags=teacher_flags, where="generation",
             data=f"{cfg.refinement.items} mix answers, ≤ {cfg.sft.solution_refinement_iterations} rounds")
-        add("cot-reconstruction", None, backend=teacher, flags=teacher_flags, where="generation")
-        add("refined-mix", None, data="the mix with the refined rows in place")
+        add("cot-reconstruction", None, backend=teacher, flags=teacher_flags, where="generation",
+            data="then the mix with the refined rows in place")
     add("dvc", None, data="data/ (md5 in data.dvc)")
     for i, stage in enumerate(cfg.sft.curriculum):
-        add(f"sft-{i + 1}-{stage.name}", "sft", data=f"mix, {stage.max_length:,}-token rows")
-    add("register-policy", None, data="the MLflow registry")
+        last = i == len(cfg.sft.curriculum) - 1
+        add(f"sft-{i + 1}-{stage.name}", "sft",
+            data=f"mix, {stage.max_length:,}-token rows" + ("; registers forge-policy" if last else ""))
     add("rm-pointwise", "rm-pointwise", backend=local, flags=local_flags, data="HH-RLHF + forge pairs")
     add("grpo-pointwise", "grpo", *_grpo_row(cfg, cfg.pointwise_rl.grpo))
     add("rm-pairwise", "rm-pairwise", backend=f"strong: {teacher}; weak: {local}",

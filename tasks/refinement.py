@@ -1,4 +1,4 @@
-"""Prefect tasks for §2.1.1's SFT data construction: Solution Refinement, CoT Reconstruction, the refined mix.
+"""Prefect tasks for §2.1.1's SFT data construction: Solution Refinement, then CoT Reconstruction and the refined mix.
 
 Run by the data flow before SFT when ``refinement.enabled``: the mix stage writes a draft mix under the home, these
 tasks refine answers drawn from its train rows and write the mix that SFT trains on (and DVC versions), with each
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from forge.config import GenerationConfig, MixConfig, RefinementConfig
 from forge.hashing import value_digest
-from forge.stages import Base, DataFile, Mix, Refinement, Tokenizer
+from forge.stages import Base, Mix, Refinement, Tokenizer
 from forge.workspace import Workspace
 from tasks._cache import cached_task
 
@@ -56,14 +56,23 @@ def solution_refinement_task(
                       metrics={f"refinement_{k}": v for k, v in counts.items()})
 
 
-@cached_task(name="cot-reconstruction", modules=("forge.data.refinement", "forge.data.jsonl"))
+@cached_task(name="cot-reconstruction", modules=("forge.data.refinement", "forge.data.jsonl", "forge.data.mix",
+                                               "forge.chat"))
 def cot_reconstruction_task(
-    *, cfg: RefinementConfig, generation: GenerationConfig, seed: int, base: Base, refined: Refinement
-) -> DataFile:
-    """Rebuild a reasoning trace for each final answer; writes the rows that replace theirs in the mix, with what
-    each step changed (``refinement_counts``)."""
-    from forge.data.jsonl import write_jsonl
+    *, cfg: RefinementConfig, generation: GenerationConfig, seed: int, base: Base, refined: Refinement,
+    mix_cfg: MixConfig, draft: Mix, tokenizer: Tokenizer,
+) -> Mix:
+    """Rebuild a reasoning trace for each final answer, then write the mix SFT trains on: the draft with these rows
+    in the places of theirs, the refined-over-draft pairs beside it, and what each step changed in its manifest
+    (``refinement``). One stage, not two: writing the mix takes under a second, and as a stage of its own it
+    spent a tenth of that in Prefect (bench/recipe_profile.py)."""
+    from transformers import AutoTokenizer
+
+    from forge.chat import count_chat_tokens
+    from forge.data.jsonl import read_jsonl, write_jsonl
+    from forge.data.mix import write_refined_mix
     from forge.data.refinement import reconstruct_cot, refined_outputs, refinement_counts, trace_from_dict
+    from forge.data.schemas import ChatSample, PreferencePair
     from forge.generation import teacher_or_local
 
     path = Path(refined.traces_path)
@@ -71,26 +80,12 @@ def cot_reconstruction_task(
     with teacher_or_local(generation, base.model_dir) as backend:
         reconstruct_cot(backend, traces, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=seed)
     rows, _ = refined_outputs(traces)
-    write_jsonl(path.parent / "rows.jsonl", rows)
-    counts = refinement_counts(traces)
-    return DataFile(path=str(path.parent / "rows.jsonl"), counts=counts,
-                    metrics={f"refinement_{k}": v for k, v in counts.items()})
-
-
-@cached_task(name="refined-mix", modules=("forge.data.mix", "forge.data.jsonl", "forge.chat"))
-def refined_mix_task(*, cfg: MixConfig, draft: Mix, refined: Refinement, rows: DataFile, tokenizer: Tokenizer) -> Mix:
-    """The mix SFT trains on: the draft with the refined rows in the places of theirs, the refined-over-draft pairs
-    beside it, and what each step changed in its manifest (``refinement``)."""
-    from transformers import AutoTokenizer
-
-    from forge.chat import count_chat_tokens
-    from forge.data.jsonl import read_jsonl
-    from forge.data.mix import write_refined_mix
-    from forge.data.schemas import ChatSample, PreferencePair
+    write_jsonl(path.parent / "rows.jsonl", rows)  # the rows that replace theirs, kept beside the traces
 
     tok = AutoTokenizer.from_pretrained(tokenizer.tokenizer_dir)
-    out_dir = Workspace.from_env().mixes / cfg.name
-    manifest = write_refined_mix(Path(draft.mix_dir), out_dir, read_jsonl(rows.path, ChatSample).rows,
+    out_dir = Workspace.from_env().mixes / mix_cfg.name
+    counts = {**refinement_counts(traces), "pairs": refined.counts["pairs"]}
+    manifest = write_refined_mix(Path(draft.mix_dir), out_dir, read_jsonl(path.parent / "rows.jsonl", ChatSample).rows,
                                  read_jsonl(refined.pairs_path, PreferencePair).rows,
-                                 lambda s: count_chat_tokens(tok, s), {**rows.counts, "pairs": refined.counts["pairs"]})
+                                 lambda s: count_chat_tokens(tok, s), counts)
     return Mix(mix_dir=str(out_dir), manifest=manifest.model_dump(mode="json"))

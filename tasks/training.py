@@ -76,7 +76,8 @@ def pretrain_task(
                 run_id=run.info.run_id, metrics=metrics)
 
 
-@cached_task(name="sft-stage", modules=("forge.training.sft", "forge.training.tokenizer", "forge.data.mix"))
+@cached_task(name="sft-stage", modules=("forge.training.sft", "forge.training.tokenizer", "forge.data.mix",
+                                        "registry.models"))
 def sft_stage_task(
     *,
     ctx: StageContext,
@@ -86,8 +87,11 @@ def sft_stage_task(
     runtime: TrainingRuntimeConfig,
     init: Checkpoint,
     data: DataMix,
+    register_from: Checkpoint | None = None,
 ) -> Checkpoint:
-    """One curriculum stage: SFT at ``stage.max_length`` tokens from ``init``'s weights (unregistered output)."""
+    """One curriculum stage: SFT at ``stage.max_length`` tokens from ``init``'s weights. The last stage is given
+    ``register_from`` (the base) and registers its checkpoint as a new ``forge-policy`` version, parented on it,
+    from this stage's run (the version links to the run that trained it; its metric is the held-out chat loss)."""
     from forge.data.mix import MixRows, read_heldout
     from forge.training.launch import run_training
     from forge.training.sft import run_sft_stage
@@ -115,21 +119,12 @@ def sft_stage_task(
         mlflow.log_metrics(metrics)
         curve = result.train_curve
         log_curve(f"sft_{stage.name}_train_loss", [p[0] for p in curve], [p[1] for p in curve], "train loss")
-    return Checkpoint(model_dir=str(out), run_id=run.info.run_id, metrics=metrics)
+        if register_from is None:
+            return Checkpoint(model_dir=str(out), run_id=run.info.run_id, metrics=metrics)
+        from registry.models import register_checkpoint
 
-
-@cached_task(name="register-policy", modules=("registry.models",))
-def register_policy_task(
-    *, ctx: StageContext, checkpoint: Checkpoint, parent: Checkpoint, data: DataMix
-) -> Checkpoint:
-    """Register the final SFT checkpoint as a new ``forge-policy`` version: its parent is ``parent`` (the base), its
-    metric the held-out chat loss of the last curriculum stage."""
-    from registry.models import register_checkpoint
-
-    metrics = {"sft_heldout_loss": checkpoint.metrics["eval_loss_after"]}
-    tags = ctx.lineage({STAGE_TAG: "sft", PARENT_VERSION_TAG: parent.ref, DATA_MD5_TAG: data.data_md5})
-    with ctx.start_run("register-policy", tags) as run:
-        version = register_checkpoint(Path(checkpoint.model_dir), "forge-policy", run_id=run.info.run_id, tags=tags,
-                                      metrics=metrics)
-    return Checkpoint(model_dir=checkpoint.model_dir, model_name="forge-policy", version=version,
-                      run_id=run.info.run_id, metrics=metrics)
+        version_metrics = {"sft_heldout_loss": result.eval_loss_after}
+        tags = ctx.lineage({STAGE_TAG: "sft", PARENT_VERSION_TAG: register_from.ref, DATA_MD5_TAG: data.data_md5})
+        version = register_checkpoint(out, "forge-policy", run_id=run.info.run_id, tags=tags, metrics=version_metrics)
+    return Checkpoint(model_dir=str(out), model_name="forge-policy", version=version, run_id=run.info.run_id,
+                      metrics={**metrics, **version_metrics})

