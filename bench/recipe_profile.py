@@ -43,6 +43,8 @@ BUCKETS = ("work", "prefect", "mlflow", "dvc")
 # Stages whose work *is* versioning or registry calls (DVC commit, model registration, the eval report, the
 # promotion gate): in their overhead share only Prefect's time counts (their MLflow / DVC calls are the work).
 BOOKKEEPING_STAGES = frozenset({"dvc", "eval-report", "promote"})
+OVERHEAD_BUDGET = 0.05  # issue 18: orchestration at most 5% of a stage's wall time
+OVER_BUDGET_COLOR = "#c44e52"
 
 
 class Probes:
@@ -206,7 +208,8 @@ def plot(stages: dict[str, dict], path: Path, title: str) -> None:
     for i, n in enumerate(names):
         share = stages[n]["overhead_share"]
         if share is not None:
-            ax.text(left[i] + 2, i, f"{100 * share:.1f}% overhead", va="center", fontsize=7)
+            ax.text(left[i] + 2, i, f"{100 * share:.1f}% overhead", va="center", fontsize=7,
+                    color=OVER_BUDGET_COLOR if share > OVERHEAD_BUDGET else "black")
     ax.invert_yaxis()
     ax.set_xlabel("seconds")
     ax.set_title(title)
