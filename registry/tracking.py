@@ -232,7 +232,8 @@ def log_table(rows: list[dict], artifact_file: str, *, metrics: dict[str, float]
     ``mlflow.loggedArtifacts`` tag naming it a table, so the MLflow UI and ``mlflow.load_table`` read it), in one
     artifact write and one batch of tag and metrics: ``mlflow.log_table`` goes through pandas and four store calls
     (list the run's artifacts, write, read the run, set the tag), most of a short evaluation's MLflow time
-    (bench/recipe_profile.py). A table already at ``artifact_file`` is replaced, not appended to."""
+    (bench/recipe_profile.py). The run's list of tables is kept in this process, not read back from the store.
+    A table already at ``artifact_file`` is replaced, not appended to."""
     if not artifact_file.endswith(".json"):
         raise ValueError(f"log_table: artifact_file must end with .json, got {artifact_file!r}")
     columns: list[str] = []
@@ -248,12 +249,19 @@ def log_table(rows: list[dict], artifact_file: str, *, metrics: dict[str, float]
         raise MlflowException(f"log_table: {artifact_file}: no active run to log it to")
     run_id = active.info.run_id
     mlflow.log_text(text, artifact_file)
-    client = MlflowClient()
-    logged = json.loads(client.get_run(run_id).data.tags.get(LOGGED_ARTIFACTS_TAG, "[]"))
+    # The run's tables: as the run stood when this process started (or resumed) it, plus those logged since.
+    logged = _TABLES.setdefault(run_id, json.loads(active.data.tags.get(LOGGED_ARTIFACTS_TAG, "[]")))
     entry = {"path": artifact_file, "type": "table"}
-    tags = [] if entry in logged else [RunTag(LOGGED_ARTIFACTS_TAG, json.dumps([*logged, entry]))]
+    tags = []
+    if entry not in logged:
+        logged.append(entry)
+        tags.append(RunTag(LOGGED_ARTIFACTS_TAG, json.dumps(logged)))
     now = int(time.time() * 1000)
-    client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in (metrics or {}).items()], tags=tags)
+    MlflowClient().log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in (metrics or {}).items()],
+                             tags=tags)
+
+
+_TABLES: dict[str, list[dict]] = {}  # run id -> its tables (its loggedArtifacts tag), kept rather than read back
 
 
 def _json_value(value):

@@ -150,9 +150,11 @@ def code_sft_task(*, ctx: StageContext, cfg: CodeDataConfig, model_dir: str | No
     return DataFile(path=path, run_id=run.info.run_id, metrics=metrics, counts={"rows": len(rows)})
 
 
-@cached_task(name="code-drills", modules=CODE_MODULES)
-def code_drills_task(*, ctx: StageContext, cfg: DrillsConfig, seed: int, pools: Pools) -> Pools:
-    """The drills' SFT rows (a weak teacher's answers: linear, quadratic or wrong) added to the code pool."""
+@cached_task(name="code-drills", modules=("forge.code.problems.drills", "forge.data.jsonl"))
+def code_drills_task(*, cfg: DrillsConfig, seed: int, pools: Pools) -> Pools:
+    """The drills' SFT rows (a weak teacher's answers: linear, quadratic or wrong) added to the code pool. Their
+    counts are the result's metrics (``forge status``; the mix's manifest counts the rows by source): no MLflow
+    run of its own, which cost this 1.5 s step 3% of its wall (bench/recipe_profile.py)."""
     from forge.code.problems.drills import drill_sft_rows
     from forge.data.jsonl import read_jsonl, write_jsonl
     from forge.data.schemas import ChatSample
@@ -163,10 +165,8 @@ def code_drills_task(*, ctx: StageContext, cfg: DrillsConfig, seed: int, pools: 
     out = Workspace.from_env().pools / "code+drills.jsonl"
     write_jsonl(out, [r.model_dump(mode="json") for r in code + rows])
     metrics = {"drill_rows": float(len(rows)), **{f"drill_rows_{k}": float(v) for k, v in sorted(kinds.items())}}
-    with ctx.start_run("code-drills", {STAGE_TAG: "data/code-drills"}) as run:
-        mlflow.log_metrics(metrics)
     files = {**pools.files, "code": str(out)}
-    return Pools(files=files, digest=files_digest(files), review=pools.review, run_id=run.info.run_id, metrics=metrics)
+    return Pools(files=files, digest=files_digest(files), review=pools.review, metrics=metrics)
 
 
 WARMUP_HELDOUT = 20  # every 20th drill row is the warm-up's held-out set
