@@ -1,14 +1,18 @@
 """Measurement: does the tiny policy learn a tool episode whose every copy is token for token, of frequent tokens?
 
-    PYTHONPATH=. .venv/bin/python bench/agentic_python.py [--work DIR] [--sft-steps 100] [--rl-lr 2e-4]
+    PYTHONPATH=. .venv/bin/python bench/agentic_python.py [--work DIR] [--sft-steps 100] [--rl-lr 2e-4] \
+        [--fixed-width] [--split-digits]
 
 Why (issue 13): agentic RL's trajectory reward stays 0 at tiny scale because the policy does not copy a name it read
 (bench/agentic_copy.py, bench/copy_pretraining.py). Names are rare tokens, and with byte-level BPE their first token
 is spelled differently after a space than after a quote or a newline. This asks the easiest copy there is: an
 arithmetic question whose expression stands on its own line (``Compute with the python tool:\\n9*41``), solved by
-one ``python`` call that prints it (``print(9*41)``) and an answer that repeats the tool's output. The tiny
-tokenizer spells numbers digit by digit, so every token to copy is a digit or an operator, among the most frequent
-tokens there are, and spelled the same where it is read and where it is written.
+one ``python`` call that prints it (``print(9*41)``) and an answer that repeats the tool's output. Every token to
+copy is a digit (or a pair of digits: the tiny tokenizer merged 50 of the 100 pairs, ``3901`` is ``3 90 1``) or an
+operator, among the most frequent tokens there are, and spelled the same where it is read and where it is written.
+``--fixed-width --split-digits`` removes the last two obstacles: every factor two digits, every product four, and a
+base whose tokenizer splits every digit (``TokenizerConfig.split_digits``), so each token to copy sits a fixed
+number of tokens back from where it is written: a copy by position, which needs no induction head.
 
 The base is the tiny profile's (its tokenizer, model and pre-training on corpora/, as the recipe's stage 0 builds
 it: ~9 min on 2 cores), then SFT on ``--rows`` scripted episodes (really run in the sandbox) at the agentic stage's
@@ -46,11 +50,18 @@ REPO = Path(__file__).resolve().parent.parent
 PROMPT = "Compute with the python tool:\n"
 
 
-def expressions(n: int, seed: int) -> list[SearchQA]:
-    """``n`` distinct ``a op b`` questions, a and b in 2–99, op one of + - *; the answer is the value."""
+def expressions(n: int, seed: int, fixed_width: bool = False) -> list[SearchQA]:
+    """``n`` distinct ``a op b`` questions, a and b in 2–99, op one of + - *; the answer is the value.
+
+    ``fixed_width``: a and b in 32–99 and op ``*``, so every expression is five tokens and every value four digits:
+    each token to copy (into the call, then from the tool's output into the answer) then sits the same number of
+    tokens back from where it is written, a copy by position that needs no induction."""
     rng, out, seen = random.Random(seed), [], set()
     while len(out) < n:
-        a, op, b = rng.randint(2, 99), rng.choice("+-*"), rng.randint(2, 99)
+        if fixed_width:
+            a, op, b = rng.randint(32, 99), "*", rng.randint(32, 99)
+        else:
+            a, op, b = rng.randint(2, 99), rng.choice("+-*"), rng.randint(2, 99)
         expr = f"{a}{op}{b}"
         if expr not in seen:
             seen.add(expr)
@@ -75,14 +86,21 @@ def main() -> None:
     parser.add_argument("--sft-steps", type=int, default=100)
     parser.add_argument("--sft-lr", type=float, default=0.002)
     parser.add_argument("--rl-lr", type=float, default=2e-4)
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "agentic_python.json")
+    parser.add_argument("--fixed-width", action="store_true", help="two-digit factors 32-99, products of 4 digits")
+    parser.add_argument("--split-digits", action="store_true", help="a base whose tokenizer splits every digit")
+    parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    variant = ("-fixed" if args.fixed_width else "") + ("-digits" if args.split_digits else "")
+    args.out = args.out or REPO / "bench" / "results" / f"agentic_python{variant}.json"
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     cfg = load_profile("tiny")
     ws = Workspace.from_env()
     tools = SearchTools.load(ws)
     started = time.monotonic()
-    base = args.work / "base"
+    if args.split_digits:
+        cfg = cfg.model_copy(update={"base": cfg.base.model_copy(update={
+            "tokenizer": cfg.base.tokenizer.model_copy(update={"split_digits": True})})})
+    base = args.work / ("base-digits" if args.split_digits else "base")
     reused = base.exists()
     if not reused:
         tok = train_tokenizer(iter_pretraining_texts(ws.corpora, cfg.base.tokenizer.max_training_chars, cfg.seed),
@@ -90,10 +108,10 @@ def main() -> None:
         texts = list(iter_pretraining_texts(ws.corpora, cfg.base.max_corpus_chars, cfg.seed))
         pretrain(build_model(cfg.base, tok), tok, texts, cfg.base, cfg.runtime, base)
 
-    qas = expressions(args.rows + 464, seed=0)
+    qas = expressions(args.rows + 464, seed=0, fixed_width=args.fixed_width)
     sft_qas, rl_qas, eval_qas = qas[: args.rows], qas[args.rows : args.rows + 400], qas[args.rows + 400 :]
     rows = [solve(qa, tools).to_chat_sample() for qa in sft_qas]
-    sft_dir = args.work / f"sft-{args.sft_steps}-{args.sft_lr:g}-{args.rows}"
+    sft_dir = args.work / f"sft-{args.sft_steps}-{args.sft_lr:g}-{args.rows}{variant}"
     if not sft_dir.exists():
         stage = SFTStageConfig(name="python-sft", max_length=cfg.agentic_rl.context_tokens, max_steps=args.sft_steps,
                                learning_rate=args.sft_lr, per_device_batch_size=8)
@@ -113,14 +131,16 @@ def main() -> None:
 
     before = greedy(sft_dir)
     env = SearchEnvironment.from_config(tools, rl_qas, rl, seed=cfg.seed)
-    result = train_agentic(sft_dir, env, rl, cfg.runtime, args.work / f"rl-{args.rl_lr:g}", seed=cfg.seed)
-    after = greedy(args.work / f"rl-{args.rl_lr:g}")
+    rl_dir = args.work / f"rl-{args.rl_lr:g}{variant}"
+    result = train_agentic(sft_dir, env, rl, cfg.runtime, rl_dir, seed=cfg.seed)
+    after = greedy(rl_dir)
     report = {
         "benchmark": "agentic_python",
         "command": f"PYTHONPATH=. python bench/agentic_python.py --rows {args.rows} --sft-steps {args.sft_steps} "
-                   f"--sft-lr {args.sft_lr} --rl-lr {args.rl_lr}",
+                   f"--sft-lr {args.sft_lr} --rl-lr {args.rl_lr}" + (" --fixed-width" if args.fixed_width else "")
+                   + (" --split-digits" if args.split_digits else ""),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg": os.getloadavg()},
-        "base": {"profile": "tiny", "prepared_by_an_earlier_run": reused},
+        "base": {"profile": "tiny", "split_digits": args.split_digits, "prepared_by_an_earlier_run": reused},
         "sft": {"rows": len(rows), "steps": args.sft_steps, "learning_rate": args.sft_lr,
                 "scripted_correct": sum(solve(qa, tools).correct for qa in sft_qas[:50]) / 50},
         "prepare_seconds": round(prepared, 1),

@@ -41,6 +41,9 @@ class TokenizerConfig(Strict):
     max_training_chars: int = Field(
         6_000_000, ge=10_000, description="Characters of corpus text read to train the tokenizer."
     )
+    split_digits: bool = Field(
+        False, description="Every digit its own token (as Llama's and Qwen's tokenizers do): a number is then "
+        "spelled the same, one token a digit, wherever it stands, instead of by whichever digit pairs BPE merged.")
 
 
 class BaseModelConfig(Strict):

@@ -57,6 +57,8 @@ def train_tokenizer(texts: Iterable[str], cfg: TokenizerConfig) -> PreTrainedTok
     core = Tokenizer(models.BPE())
     # Byte-level: every string is encodable (no unknown token), and decode(encode(x)) == x.
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if cfg.split_digits:
+        core.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), core.pre_tokenizer])
     core.decoder = decoders.ByteLevel()
     # trim_offsets=False keeps character offsets exact; encode_chat maps template spans to tokens through them.
     core.post_processor = processors.ByteLevel(trim_offsets=False)

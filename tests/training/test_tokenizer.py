@@ -62,3 +62,20 @@ def test_save_and_reload_offline(tokenizer, tool_sample, tmp_path):
     assert loaded.chat_template == tokenizer.chat_template
     assert encode_chat(loaded, sample, 10_000) == encode_chat(tokenizer, sample, 10_000)
     assert loaded.eos_token == "<|im_end|>" and loaded.pad_token_id == tokenizer.pad_token_id
+
+
+def test_split_digits_spells_every_number_one_token_a_digit():
+    """BPE on numbers merges frequent digit pairs ("1999" as "19 99"), so one value is spelled differently from the
+    next; ``split_digits`` makes every digit its own token, and text still round-trips."""
+    from forge.config import TokenizerConfig
+    from forge.training.tokenizer import train_tokenizer
+
+    texts = [f"In {y} there were {n} ships, {y % 100} of them in port {n * 7}." for y in range(1900, 2000)
+             for n in range(10, 40)]
+    merged = train_tokenizer(texts, TokenizerConfig(vocab_size=600, max_training_chars=200_000))
+    split = train_tokenizer(texts, TokenizerConfig(vocab_size=600, max_training_chars=200_000, split_digits=True))
+    text = "In 1999 there were 3901 ships."
+    assert any(len(t.lstrip("Ġ")) > 1 and t.lstrip("Ġ").isdigit() for t in merged.tokenize(text))
+    digits = [t.lstrip("Ġ") for t in split.tokenize(text) if any(c.isdigit() for c in t)]
+    assert digits == list("19993901")
+    assert split.decode(split(text, add_special_tokens=False)["input_ids"]) == text
