@@ -23,6 +23,8 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import INPUTS, TASK_SOURCE, CachePolicy
 
+from forge import pyast
+
 # Arguments that say where to log, not what to compute: never part of a cache key (registry.tracking.StageContext).
 BOOKKEEPING_ARGS = ("ctx",)
 
@@ -79,7 +81,7 @@ def import_statements(source: str) -> list[ast.Import | ast.ImportFrom]:
             close = source.find(")", end)
             end = len(source) if close < 0 else close + 1
         try:
-            tree = ast.parse(source[match.start():end].strip())
+            tree = pyast.parse(source[match.start():end].strip())
         except SyntaxError:
             continue
         out += [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]

@@ -11,12 +11,12 @@ Function problems (HumanEval, MBPP) also accept a body that continues the proble
 
 from __future__ import annotations
 
-import ast
 import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from forge import pyast
 from forge.code.problems import Problem
 from forge.code.runner import TestReport, default_workers, run_tests
 
@@ -47,7 +47,7 @@ def parses(code: str, lang: str) -> bool:
     if lang == "cpp":
         return re.search(r"\bint\s+main\s*\(", code) is not None
     try:
-        ast.parse(code)
+        pyast.parse(code)
     except (SyntaxError, ValueError):
         return False
     return bool(code.strip())

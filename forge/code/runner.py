@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from forge import pyast
 from forge.code import wire
 from forge.code.sandbox import RunEnded, SandboxResult, compile_cpp, run_compiled, run_python
 
@@ -110,7 +111,7 @@ def defined_functions(source: str) -> list[str]:
     import ast
 
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except (SyntaxError, ValueError):
         return []
     return [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]

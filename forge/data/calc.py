@@ -15,6 +15,8 @@ import ast
 import math
 import operator
 
+from forge import pyast
+
 _BINOPS = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
@@ -56,7 +58,7 @@ def evaluate(expression: str) -> float:
     if not text:
         raise CalcError("empty expression")
     try:
-        tree = ast.parse(text, mode="eval")
+        tree = pyast.parse(text, mode="eval")
     except SyntaxError as err:
         raise CalcError(f"not an arithmetic expression: {expression!r}") from err
     value = _walk(tree)

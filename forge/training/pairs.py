@@ -16,7 +16,6 @@ that the strong side wins (§2.1.3, "checklist-filtered"). Nothing here generate
 
 from __future__ import annotations
 
-import ast
 import random
 import re
 from collections.abc import Sequence
@@ -25,6 +24,7 @@ from typing import Any, TypeVar
 
 from transformers import PreTrainedTokenizerBase
 
+from forge import pyast
 from forge.chat import CONTROL_TOKENS, messages_from_hf, messages_to_hf, render_chat
 from forge.data.schemas import ChatSample, PreferencePair
 
@@ -154,7 +154,7 @@ def _overlap_f1(a: str, b: str) -> float:
 
 def _parses(code: str) -> bool:
     try:
-        ast.parse(code)
+        pyast.parse(code)
     except (SyntaxError, ValueError):
         return False
     return True

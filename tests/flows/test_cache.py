@@ -47,7 +47,8 @@ def test_the_closure_is_found_without_importing_the_library():
     probe = ("import sys; from tasks._cache import library_closure; "
              "c = library_closure(('forge.training.grpo', 'forge.code.rewards')); "
              "assert 'forge.training.checkpoints' in c and 'forge.code.sandbox' in c, c; "
-             "print(sorted(m for m in sys.modules if m.startswith(('forge.', 'torch', 'transformers'))))")
+             "print(sorted(m for m in sys.modules if m.startswith(('forge.training', 'forge.code', 'torch', "
+             "'transformers'))))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
