@@ -98,10 +98,8 @@ def module_file(name: str) -> Path | None:
     if root is None:
         return None
     path = root.joinpath(*rest)
-    for candidate in (path.with_suffix(".py") if rest else None, path / "__init__.py"):
-        if candidate is not None and candidate.is_file():
-            return candidate
-    return None
+    candidates = [path.with_suffix(".py"), path / "__init__.py"] if rest else [path / "__init__.py"]
+    return next((c for c in candidates if c.is_file()), None)
 
 
 @functools.cache

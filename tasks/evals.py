@@ -22,12 +22,6 @@ from tasks._cache import cached_task
 JUDGE_TAG = "forge.judge"
 
 
-def _record(metrics: dict[str, float], items: list[dict]) -> None:
-    """The suite's summary metrics and per-item table on its run. The model version gets them from the
-    ``eval-report`` stage (:func:`eval_report_task`), which runs after every suite."""
-    log_table(items, ITEMS_ARTIFACT, metrics=metrics)
-
-
 def _tags(suite: str, model: Checkpoint) -> dict[str, str]:
     return {STAGE_TAG: f"eval/{suite}", MODEL_TAG: model.ref, SUITE_TAG: suite}
 
@@ -51,7 +45,7 @@ def humaneval_task(*, ctx: StageContext, model: Checkpoint, cfg: HumanEvalConfig
                    "humaneval_n": float(report.n)}
         items = [{"id": r.task_id, "source": "humaneval", "score": float(r.passed), "status": r.status,
                   "error": r.error} for r in report.rows]
-        _record(metrics, items)
+        log_table(items, ITEMS_ARTIFACT, metrics=metrics)  # the version gets them from eval-report
     return EvalReport(suite="humaneval", model=model.ref, run_id=run.info.run_id, metrics=metrics)
 
 
@@ -71,7 +65,7 @@ def code_suite_task(*, ctx: StageContext, model: Checkpoint, cfg: CodeSuiteConfi
         metrics = report.metrics()
         items = [{"id": r["problem_id"], "source": r["source"], "score": float(r["solved"]), **r}
                  for r in report.table()]
-        _record(metrics, items)
+        log_table(items, ITEMS_ARTIFACT, metrics=metrics)  # the version gets them from eval-report
     return EvalReport(suite="code", model=model.ref, run_id=run.info.run_id, metrics=metrics)
 
 
@@ -90,7 +84,7 @@ def eval_suite_task(*, ctx: StageContext, model: Checkpoint, suite: str, cfg: Su
         with local_backend(generation, model.model_dir, batch_size=cfg.batch_size) as backend:
             report = run_model_suite(suite, backend, cfg, ws.corpora, ws=ws, seed=seed, judge=judge)
         metrics = {**report.metrics, f"{suite}_seconds": round(report.seconds, 1)}
-        _record(metrics, report.rows)
+        log_table(report.rows, ITEMS_ARTIFACT, metrics=metrics)
     return EvalReport(suite=suite, model=model.ref, run_id=run.info.run_id, metrics=metrics)
 
 
