@@ -20,6 +20,7 @@ import functools
 import json
 import math
 import os
+import re
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from forge import pyast
 from forge.code import wire
 from forge.code.sandbox import RunEnded, SandboxResult, compile_cpp, run_compiled, run_python
 
@@ -106,15 +106,15 @@ class TestReport:
         return [o.seconds for o in self.outcomes]
 
 
-def defined_functions(source: str) -> list[str]:
-    """Top-level function names of ``source`` (parsed, never executed); [] when it does not parse."""
-    import ast
+_TOP_LEVEL_DEF = re.compile(r"^(?:async[ \t]+)?def[ \t]+([^\W\d]\w*)[ \t]*\(", re.MULTILINE)
 
-    try:
-        tree = pyast.parse(source)
-    except (SyntaxError, ValueError):
-        return []
-    return [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+
+def defined_functions(source: str) -> list[str]:
+    """Names of the functions ``source`` defines at top level, by a scan of its lines (never executed, never
+    parsed: parsing a HumanEval solution into an AST cost the checker ~0.5 ms, a tenth of a whole run,
+    bench/code_judge.py). Each name gets a proxy in the checker; a ``def`` the scan finds inside a string, or in
+    code that does not compile, gets one that answers an error, which fails the test as the missing name would."""
+    return list(dict.fromkeys(_TOP_LEVEL_DEF.findall(source)))
 
 
 def run_tests(

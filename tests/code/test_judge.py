@@ -9,6 +9,7 @@ from forge.code.judge import extract_code, fence, judge_correctness, parses
 from forge.code.problems import forge_problems
 from forge.code.problems.public import humaneval_problems
 from forge.code.rewards import CodeRewards
+from forge.code.runner import Test, defined_functions, run_tests
 from forge.code.sandbox import isolation_report
 
 FORGE = {p.id: p for p in forge_problems()}
@@ -79,6 +80,25 @@ int main(){ long long n, x, best = -(1LL<<60), cur = 0; std::cin >> n;
 ```"""
     verdict = judge_correctness(MAXSUB, cpp)
     assert (verdict.lang, verdict.pass_rate, verdict.format_ok) == ("cpp", 1.0, True)
+
+
+def test_the_checker_finds_the_top_level_functions_by_a_line_scan():
+    source = (
+        "import math\n\nasync def fetch():\n    pass\n\n\ndef helper(x):\n    def inner():\n        pass\n"
+        "    return x\n\n\ndef  add (a, b):\n    return helper(a) + b\n\n\ndef helper(x):\n    return x\n"
+    )
+    assert defined_functions(source) == ["fetch", "helper", "add"]  # not the nested one; a redefinition once
+    assert defined_functions('text = """\ndef ghost():\n"""\n') == ["ghost"]  # a proxy that can only answer an error
+
+
+@needs_sandbox
+def test_the_checker_calls_every_top_level_function_and_reports_a_compile_error():
+    checks = [Test.check("assert candidate(1, 2) == 3\nassert helper(4) == 4")]
+    source = "def helper(x):\n    return x\n\n\ndef add(a, b):\n    return helper(a) + b\n"
+    assert run_tests(source, checks, entry_point="add").all_passed
+    # the submission's own error, not a missing name in the checker
+    report = run_tests("def add(a, b):\n    return a +\n", checks, entry_point="add")
+    assert report.passed == 0 and "SyntaxError" in report.outcomes[0].detail, report.outcomes
 
 
 @needs_sandbox
