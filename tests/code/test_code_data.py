@@ -48,6 +48,11 @@ def test_stage2_filter_counts_rollouts_meeting_the_complexity_bound():
     backend = CandidatePoolBackend({problem.prompt(): [fence(problem.reference)] * 2 + [slow] * 6})
     (stage1,) = filter_rl(backend, [problem], stage=1)
     (stage2,) = filter_rl(backend, [problem], stage=2)
+    if stage2.k != 2:
+        # The two programs' classes are timing fits, and beside another test worker one can misread (this test
+        # has failed that way): measured again, once, as tests/code/test_complexity.py does. A wrong count misses
+        # twice.
+        (stage2,) = filter_rl(backend, [problem], stage=2)
     assert (stage1.k, stage1.kept) == (8, False)  # everything passes: too easy for stage 1
     assert (stage2.k, stage2.kept) == (2, True)  # only two meet O(n): kept for the time-reward stage
 
