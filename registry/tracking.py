@@ -28,6 +28,7 @@ import mlflow
 from mlflow import MlflowClient
 from mlflow.entities import Metric, RunTag
 from mlflow.exceptions import MlflowException
+from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 from pydantic import BaseModel, ConfigDict, Field
 
 from forge.workspace import REPO_ROOT, Workspace
@@ -230,9 +231,9 @@ def log_table(rows: list[dict], artifact_file: str, *, metrics: dict[str, float]
 
     Written as ``mlflow.log_table`` writes a table (``{"columns": [...], "data": [[...], ...]}``, the run's
     ``mlflow.loggedArtifacts`` tag naming it a table, so the MLflow UI and ``mlflow.load_table`` read it), in one
-    artifact write and one batch of tag and metrics: ``mlflow.log_table`` goes through pandas and four store calls
-    (list the run's artifacts, write, read the run, set the tag), most of a short evaluation's MLflow time
-    (bench/recipe_profile.py). The run's list of tables is kept in this process, not read back from the store.
+    artifact write and one batch of tag and metrics (one store call): ``mlflow.log_table`` goes through pandas and
+    four store calls (list the run's artifacts, write, read the run, set the tag), most of a short evaluation's
+    MLflow time (bench/recipe_profile.py). The run's list of tables is kept in this process, not read back from the store.
     A table already at ``artifact_file`` is replaced, not appended to."""
     if not artifact_file.endswith(".json"):
         raise ValueError(f"log_table: artifact_file must end with .json, got {artifact_file!r}")
@@ -248,7 +249,14 @@ def log_table(rows: list[dict], artifact_file: str, *, metrics: dict[str, float]
     if active is None:
         raise MlflowException(f"log_table: {artifact_file}: no active run to log it to")
     run_id = active.info.run_id
-    mlflow.log_text(text, artifact_file)
+    # Written through the run's artifact repository, found from the active run: mlflow.log_text reads the run back
+    # from the store first to learn where its artifacts go (one store call less, ~8 ms on SQLite).
+    repo = get_artifact_repository(active.info.artifact_uri, tracking_uri=mlflow.get_tracking_uri())
+    folder, name = os.path.split(artifact_file)
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(tmp) / name
+        local.write_text(text, encoding="utf-8")
+        repo.log_artifact(str(local), folder or None)
     # The run's tables: as the run stood when this process started (or resumed) it, plus those logged since.
     logged = _TABLES.setdefault(run_id, json.loads(active.data.tags.get(LOGGED_ARTIFACTS_TAG, "[]")))
     entry = {"path": artifact_file, "type": "table"}
