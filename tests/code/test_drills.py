@@ -100,6 +100,11 @@ def test_check_policy_reports_solved_and_optimal_shares():
         pools[p.prompt()] = [fence(program(op.fast)), fence(program(op.slow)), fence(program(op.broken[0])),
                              fence(program(op.fast))]
     check = check_policy(CandidatePoolBackend(pools), problems, n=4, temperature=1.0, max_new_tokens=64)
+    if check.optimal_share != pytest.approx(4 / 6):
+        # The classes are timing fits, and beside another test worker one can misread (this test failed in CI on
+        # 2026-11-28 with 2 of 6 optimal: one op's linear program read slower): measured again, once, as
+        # tests/code/test_complexity.py does. Shares counted wrong miss twice.
+        check = check_policy(CandidatePoolBackend(pools), problems, n=4, temperature=1.0, max_new_tokens=64)
     assert check.samples == 8 and check.solved == pytest.approx(6 / 8)
     assert check.optimal_share == pytest.approx(4 / 6)  # the two quadratic answers miss the bound
 
