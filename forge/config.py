@@ -462,8 +462,23 @@ class GenerationConfig(Strict):
         return self
 
 
+def native_bf16() -> bool:
+    """Whether this process trains on hardware with bf16 matrix units: a CUDA GPU that supports bf16, or a CPU with
+    AMX tiles (Intel Sapphire Rapids and later), where oneDNN runs bf16 matmuls natively. Elsewhere bf16 on a CPU is
+    emulated and no faster than fp32, so ``runtime.bf16: auto`` leaves it off (docs/scale.md, "bf16 on a CPU")."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.is_bf16_supported()
+    amx = getattr(torch.cpu, "_is_amx_tile_supported", None)
+    return bool(amx and amx())
+
+
 class TrainingRuntimeConfig(Strict):
-    bf16: bool = Field(False, description="bf16 is an error on CPU; the GPU profile turns it on.")
+    bf16: bool = Field(
+        False, description="Mixed precision for every training stage (bf16 autocast over fp32 weights; frozen "
+        "reward models score in bf16). `auto` is resolved when the profile loads: on where the hardware has bf16 "
+        "matrix units (a bf16 GPU, a CPU with AMX), off elsewhere, so the loaded profile says which it got.")
     gradient_checkpointing: bool = False
     threads: int = Field(0, ge=0, description="torch threads; 0 = all cores.")
     fused_lm_head: bool = Field(
@@ -478,6 +493,11 @@ class TrainingRuntimeConfig(Strict):
     accelerate_config: str | None = Field(
         None, description="An accelerate config the launched stages use: a name under infra/accelerate/ (fsdp, "
         "zero3) or a path. Setting it launches the stages even with num_processes 1.")
+
+    @field_validator("bf16", mode="before")
+    @classmethod
+    def _resolve_auto(cls, value: Any) -> Any:
+        return native_bf16() if value == "auto" else value
 
 
 class ClusterConfig(Strict):

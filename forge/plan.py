@@ -53,7 +53,7 @@ def _training(cfg: RecipeConfig) -> tuple[str, list[str]]:
     rt = cfg.runtime
     flags = []
     if not rt.bf16:
-        flags.append("fp32 training (runtime.bf16 false)")
+        flags.append("fp32 training (runtime.bf16 off)")
     if not rt.fused_lm_head:  # read by the TRL trainers only (SFT, GRPO), see _FUSED_HEAD
         flags.append(FUSED_HEAD_FLAG)
     if rt.threads:

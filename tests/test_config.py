@@ -2,14 +2,27 @@
 
 import pytest
 
-from forge.config import ConfigError, DomainShares, RecipeConfig, load_profile
+from forge.config import ConfigError, DomainShares, RecipeConfig, TrainingRuntimeConfig, load_profile, native_bf16
 
 
 def test_tiny_profile_validates():
     cfg = load_profile("tiny")
     assert cfg.base.source == "build"
     assert [s.max_length for s in cfg.sft.curriculum] == [256, 512, 1024]  # tiny stand-in for 32k → 64k → 256k
-    assert cfg.runtime.bf16 is False
+    assert cfg.runtime.bf16 is native_bf16()  # `auto`: bf16 where the CPU has AMX, fp32 elsewhere
+
+
+def test_bf16_auto_is_resolved_when_the_profile_loads():
+    """`auto` becomes what this hardware does natively; a profile's explicit choice is kept; anything else is refused
+    with the field named."""
+    import torch
+
+    amx = torch.cpu._is_amx_tile_supported()
+    assert TrainingRuntimeConfig(bf16="auto").bf16 is (torch.cuda.is_available() or amx)
+    assert TrainingRuntimeConfig(bf16=True).bf16 is True and TrainingRuntimeConfig(bf16=False).bf16 is False
+    assert load_profile("tiny", {"runtime.bf16": False}).runtime.bf16 is False
+    with pytest.raises(ConfigError, match="runtime.bf16"):
+        load_profile("tiny", {"runtime.bf16": "sometimes"})
 
 
 def test_gpu_profile_validates_with_paper_figures():

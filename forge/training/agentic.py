@@ -310,8 +310,10 @@ def _save_state(path: Path, model: PreTrainedModel, optimizer: torch.optim.Optim
 
 
 def update_policy(model: PreTrainedModel, ref_model: PreTrainedModel | None, episodes: list[EpisodeLike],
-                  cfg: AgenticRLConfig, optimizer: torch.optim.Optimizer, pad_id: int) -> dict[str, float]:
-    """One optimiser step on a batch of judged episodes; returns the loss, KL and packing figures."""
+                  cfg: AgenticRLConfig, optimizer: torch.optim.Optimizer, pad_id: int, *,
+                  bf16: bool = False) -> dict[str, float]:
+    """One optimiser step on a batch of judged episodes; returns the loss, KL and packing figures. ``bf16``: the
+    forward passes under bf16 autocast (the weights, their gradients and the loss stay fp32)."""
     sequences = build_sequences(episodes, cfg)
     # Under a launch each rank holds its own episodes: the loss is divided by the token count of all ranks', and
     # the gradients summed over ranks, so the step is the one a single process would take on the whole batch.
@@ -326,11 +328,12 @@ def update_policy(model: PreTrainedModel, ref_model: PreTrainedModel | None, epi
         batch = collate(sequences[start : start + cfg.micro_batch_size], pad_id)
         batch = {k: v.to(model.device) for k, v in batch.items()}
         ref = None
-        if ref_model is not None:
-            with torch.no_grad():
-                ref = token_logprobs(shared_prefix_logits(ref_model, batch["input_ids"], batch["attention_mask"]),
-                                     batch["input_ids"])
-        logits = shared_prefix_logits(model, batch["input_ids"], batch["attention_mask"])
+        with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
+            if ref_model is not None:
+                with torch.no_grad():
+                    ref = token_logprobs(shared_prefix_logits(ref_model, batch["input_ids"], batch["attention_mask"]),
+                                         batch["input_ids"])
+            logits = shared_prefix_logits(model, batch["input_ids"], batch["attention_mask"])
         loss, kl_sum = sequence_loss(logits, batch, trained, ref, cfg.beta)
         loss.backward()
         stats["loss"] += float(loss.detach())
@@ -365,15 +368,18 @@ def train_agentic(policy_dir: Path, env: Environment, cfg: AgenticRLConfig, runt
     first, curve = _load_state(work_dir / STATE_FILE, model, optimizer)
     policy = TurnPolicy(model, tokenizer, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
                         batch_size=cfg.micro_batch_size)
+    # runtime.bf16 as the Trainer stages have it: bf16 autocast over the fp32 weights, in sampling and update alike.
+    mixed = torch.autocast(training_device().type, dtype=torch.bfloat16, enabled=runtime.bf16)
     for step in range(first, cfg.max_steps):
         tick = time.monotonic()
         # A resumed run samples what the killed one would have; each rank its own stream.
         torch.manual_seed(seed * 100_003 + step + 1_000_003 * shard[0])
-        episodes = env.rollout(policy, step, shard=shard)
+        with mixed:
+            episodes = env.rollout(policy, step, shard=shard)
         record: dict[str, float] = {"step": step + 1, **rollout_metrics(gather_objects(episodes)),
                                     "seconds_rollout": time.monotonic() - tick}
         tick = time.monotonic()
-        record |= update_policy(model, ref_model, episodes, cfg, optimizer, policy.pad_id)
+        record |= update_policy(model, ref_model, episodes, cfg, optimizer, policy.pad_id, bf16=runtime.bf16)
         record["seconds_update"] = time.monotonic() - tick
         curve.append(record)
         logger.info("agentic RL step %d/%d: trajectory reward %.3f, rejected turns %.3f, %.2f calls/episode",
