@@ -1,6 +1,6 @@
 """Benchmark: the tiny model's training steps and sampling in fp32 and in bf16 autocast on this CPU.
 
-    .venv/bin/python bench/bf16_cpu.py [--steps 8] [--rounds 3]
+    .venv/bin/python bench/bf16_cpu.py [--steps 16] [--rounds 5]
 
 ``runtime.bf16: auto`` (configs/tiny.yaml) turns bf16 autocast on where the CPU has AMX tiles and leaves fp32
 elsewhere (forge/config.py ``native_bf16``). This measures what that buys and what it would cost elsewhere: the tiny
@@ -72,9 +72,9 @@ def train_block(bf16: bool, shape: tuple[int, int], steps: int, work: Path) -> t
             self.times.append(time.perf_counter())
 
     clock = Clock()
-    args = TrainingArguments(**common_trainer_args(work, TrainingRuntimeConfig(bf16=bf16), seed=0, save_steps=10**6),
-                             max_steps=steps + 1, per_device_train_batch_size=batch, learning_rate=1e-3,
-                             save_strategy="no", logging_steps=1)
+    common = common_trainer_args(work, TrainingRuntimeConfig(bf16=bf16), seed=0, save_steps=10**6)
+    args = TrainingArguments(**(common | {"save_strategy": "no"}), max_steps=steps + 1,
+                             per_device_train_batch_size=batch, learning_rate=1e-3, logging_steps=steps)
     trainer = Trainer(model=tiny_model(), args=args, train_dataset=Random(), callbacks=[clock])
     trainer.train()
     loss = [r["loss"] for r in trainer.state.log_history if "loss" in r][-1]
@@ -96,8 +96,8 @@ def sample_block(mode: str, model, model_bf16) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=8, help="timed optimiser steps per block")
-    parser.add_argument("--rounds", type=int, default=3, help="blocks per side, alternating")
+    parser.add_argument("--steps", type=int, default=16, help="timed optimiser steps per block")
+    parser.add_argument("--rounds", type=int, default=5, help="blocks per side, alternating")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "bf16_cpu.json")
     args = parser.parse_args()
 

@@ -188,6 +188,27 @@ def test_one_update_raises_the_rewarded_answer_and_lowers_the_unrewarded_one(epi
     assert after[1] < before[1]  # the wrong one (rejected, advantage -0.5) less
 
 
+def test_an_update_under_bf16_autocast_takes_the_fp32_step_in_bf16(episodes, model_dir, tokenizer):
+    """``runtime.bf16`` reaches the agentic loop's update: its forward passes run in bf16 (a layer's output is bf16)
+    while the weights stay fp32, and the step is the fp32 one to bf16's precision (plain SGD: the weights move by
+    the gradient, so the comparison reads the gradients)."""
+    cfg = CFG.model_copy(update={"rejected_turns": "negative_reward", "max_grad_norm": 1e9})
+    start = AutoModelForCausalLM.from_pretrained(model_dir).state_dict()
+    moves, losses, seen = {}, {}, []
+    for bf16 in (False, True):
+        model = AutoModelForCausalLM.from_pretrained(model_dir)
+        hook = model.model.layers[0].mlp.register_forward_hook(lambda mod, args, out: seen.append(out.dtype))
+        stats = update_policy(model, None, episodes, cfg, torch.optim.SGD(model.parameters(), lr=1.0),
+                              tokenizer.pad_token_id, bf16=bf16)
+        hook.remove()
+        losses[bf16] = stats["loss"]
+        assert all(p.dtype == torch.float32 for p in model.parameters())
+        moves[bf16] = torch.cat([(v - start[k]).flatten() for k, v in model.state_dict().items()])
+    assert seen[0] == torch.float32 and seen[-1] == torch.bfloat16
+    assert losses[True] == pytest.approx(losses[False], rel=0.02)
+    assert float(torch.nn.functional.cosine_similarity(moves[True], moves[False], dim=0)) > 0.95
+
+
 def test_shared_prefix_logits_equal_a_plain_forward_pass(model_dir):
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     torch.manual_seed(0)
