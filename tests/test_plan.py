@@ -36,7 +36,7 @@ def test_the_tiny_profile_is_planned_as_the_cpu_rehearsal_it_is():
     plan = _by_stage("tiny")
     flags = {f for r in plan.values() for f in r.cpu_only}
     assert any("HF generate" in f for f in flags)
-    # runtime.bf16 `auto`: fp32 (a CPU-only choice) unless this CPU has AMX, and the plan says which it got.
+    # runtime.bf16 `auto`: fp32 (a CPU-only choice) unless this CPU has bf16 instructions (AMX, AVX-512-BF16), and the plan says which it got.
     assert any("fp32" in f for f in flags) is not cfg.runtime.bf16
     assert ("bf16" if cfg.runtime.bf16 else "fp32") in plan["sft-1-ctx-256"].compute
     assert "pretrain" in plan and "base" not in plan and plan["sft-1-ctx-256"].launcher == "task process"
