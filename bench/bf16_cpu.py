@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/bf16_cpu.py [--steps 16] [--rounds 5]
 
-``runtime.bf16: auto`` (configs/tiny.yaml) turns bf16 autocast on where the CPU has AMX tiles and leaves fp32
-elsewhere (forge/config.py ``native_bf16``). This measures what that buys and what it would cost elsewhere: the tiny
+``runtime.bf16: auto`` (configs/tiny.yaml) turns bf16 autocast on where the CPU has AMX tiles or AVX-512-BF16
+and leaves fp32 elsewhere (forge/config.py ``native_bf16``). This measures what that buys and what it would cost elsewhere: the tiny
 profile's model (its base sizes, a 4,096-token vocabulary, random weights and tokens) trained through a
 transformers ``Trainer`` built from Forge's ``common_trainer_args`` (so the autocast is the one every Trainer stage
 gets) at the pre-training shape (16 x 256) and the last SFT stage's (4 x 1,024), and sampling 48 tokens for 32
