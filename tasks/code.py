@@ -338,7 +338,7 @@ def code_grpo_task(
     also draws Figure 4 from both stages' curves and checks both checkpoints on held-out problems."""
     from transformers import AutoTokenizer
 
-    from forge.code.data import RLRow, check_policy, most_informative
+    from forge.code.data import RLRow, check_policy, compare_checks, most_informative
     from forge.code.rewards import CodeRewards
     from forge.data.jsonl import read_jsonl
     from forge.data.mix import read_heldout
@@ -385,12 +385,19 @@ def code_grpo_task(
             _figure4(curves, "plots/figure4_code_rl.png")
             held_out = rl_problems(cfg, "eval")
             if held_out:
-                check = {"before": policy.model_dir, "after": str(out)}
-                for label, model_dir in check.items():
+                verdicts = {}
+                for label, model_dir in {"before": policy.model_dir, "after": str(out)}.items():
                     with local_backend(generation, model_dir) as backend:
-                        verdict = check_policy(backend, held_out, cfg.check_samples, generation.temperature,
-                                               cfg.max_new_tokens, seed)
-                    metrics |= verdict.metrics(f"check_{label}")
+                        verdicts[label] = check_policy(backend, held_out, cfg.check_samples, generation.temperature,
+                                                       cfg.max_new_tokens, seed)
+                    metrics |= verdicts[label].metrics(f"check_{label}")
+                metrics = compare_checks(verdicts["before"], verdicts["after"]) | metrics  # first: `forge run` shows 6
+                logger.info("code RL stage 2 check (%d held-out problems x %d): optimal share %.2f -> %.2f "
+                            "(%+.2f +- %.2f), solved %.2f -> %.2f (%+.2f +- %.2f)", len(held_out), cfg.check_samples,
+                            verdicts["before"].optimal_share, verdicts["after"].optimal_share,
+                            metrics["check_optimal_rise"], metrics["check_optimal_rise_se"],
+                            verdicts["before"].solved, verdicts["after"].solved,
+                            metrics["check_solved_change"], metrics["check_solved_change_se"])
         metrics["sft_heldout_loss"] = heldout_chat_loss(out, read_heldout(data.mix_dir), sft, runtime)
         mlflow.log_metrics(metrics)
         version = register_checkpoint(out, "forge-policy", run_id=run.info.run_id, tags=tags,

@@ -199,16 +199,52 @@ def most_informative(rows: Sequence[RLRow], limit: int) -> list[RLRow]:
 
 @dataclass(frozen=True)
 class PolicyCheck:
-    """How a policy answers a fixed problem set (n samples each): the stage-1 / stage-2 comparison of §2.3.3."""
+    """How a policy answers a fixed problem set (n samples each): the stage-1 / stage-2 comparison of §2.3.3.
+
+    Shares come with their binomial standard errors: at the tiny profile's 22 problems x 8 samples a share's error
+    is ~0.04-0.06, as large as the rise stage 2 is after, so a comparison reads its difference against them."""
 
     samples: int
-    solved: float  # share of samples passing every test
-    optimal_share: float  # of those, the share whose measured class meets the problem's bound
+    correct: int  # samples passing every test
+    optimal: int  # of those, the ones whose measured class meets the problem's bound
     format_ok: float
 
+    @property
+    def solved(self) -> float:
+        return self.correct / max(1, self.samples)
+
+    @property
+    def optimal_share(self) -> float:
+        return self.optimal / max(1, self.correct)
+
+    @property
+    def solved_se(self) -> float:
+        return share_se(self.solved, self.samples)
+
+    @property
+    def optimal_share_se(self) -> float:
+        return share_se(self.optimal_share, self.correct)
+
     def metrics(self, prefix: str) -> dict[str, float]:
-        return {f"{prefix}_solved": self.solved, f"{prefix}_optimal_share": self.optimal_share,
+        return {f"{prefix}_solved": self.solved, f"{prefix}_solved_se": self.solved_se,
+                f"{prefix}_optimal_share": self.optimal_share, f"{prefix}_optimal_share_se": self.optimal_share_se,
                 f"{prefix}_format_ok": self.format_ok}
+
+
+def share_se(share: float, n: int) -> float:
+    """The standard error of a share of ``n`` independent samples (0 when there are none)."""
+    return (share * (1 - share) / n) ** 0.5 if n else 0.0
+
+
+def compare_checks(before: PolicyCheck, after: PolicyCheck) -> dict[str, float]:
+    """The stage-2 must-show as numbers: the optimal share's rise and the solved share's change, each with the
+    standard error of a difference of two independent shares (the two checkpoints sample apart)."""
+    return {
+        "check_optimal_rise": after.optimal_share - before.optimal_share,
+        "check_optimal_rise_se": (before.optimal_share_se ** 2 + after.optimal_share_se ** 2) ** 0.5,
+        "check_solved_change": after.solved - before.solved,
+        "check_solved_change_se": (before.solved_se ** 2 + after.solved_se ** 2) ** 0.5,
+    }
 
 
 def check_policy(
@@ -226,5 +262,4 @@ def check_policy(
     correct = [c for c in judged if c.correct]
     optimal = [c for c in correct if bound[c.problem_id] is not None
                and RANK.get(c.complexity, 99) <= bound[c.problem_id]]
-    return PolicyCheck(len(judged), len(correct) / max(1, len(judged)), len(optimal) / max(1, len(correct)),
-                       sum(c.format_ok for c in judged) / max(1, len(judged)))
+    return PolicyCheck(len(judged), len(correct), len(optimal), sum(c.format_ok for c in judged) / max(1, len(judged)))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from forge.code.candidates import CandidatePoolBackend
-from forge.code.data import _sample, check_policy
+from forge.code.data import PolicyCheck, _sample, check_policy, compare_checks
 from forge.code.judge import fence
 from forge.code.problems import load_problems
 from forge.code.problems.drills import OPS, OPS_BY_ID, drill_problems, drill_sft_rows, program
@@ -107,6 +107,19 @@ def test_check_policy_reports_solved_and_optimal_shares():
         check = check_policy(CandidatePoolBackend(pools), problems, n=4, temperature=1.0, max_new_tokens=64)
     assert check.samples == 8 and check.solved == pytest.approx(6 / 8)
     assert check.optimal_share == pytest.approx(4 / 6)  # the two quadratic answers miss the bound
+    assert check.solved_se == pytest.approx((6 / 8 * 2 / 8 / 8) ** 0.5)  # binomial, over the 8 samples
+    assert check.optimal_share_se == pytest.approx((4 / 6 * 2 / 6 / 6) ** 0.5)  # over the 6 that passed
+
+
+def test_a_comparison_of_two_checks_carries_the_error_of_its_difference():
+    before, after = PolicyCheck(176, 110, 65, 1.0), PolicyCheck(176, 114, 63, 1.0)  # 0.59 -> 0.55, as on a Zen 4 host
+    diff = compare_checks(before, after)
+    assert diff["check_optimal_rise"] == pytest.approx(63 / 114 - 65 / 110)  # fell by 0.04
+    assert diff["check_optimal_rise_se"] == pytest.approx(0.066, abs=0.001)  # larger than the fall
+    assert diff["check_solved_change"] == pytest.approx(4 / 176)
+    same = compare_checks(after, after)
+    assert same["check_optimal_rise"] == 0 and same["check_optimal_rise_se"] > 0
+    assert PolicyCheck(0, 0, 0, 0.0).metrics("x")["x_optimal_share_se"] == 0  # no sample, no error (not a crash)
 
 
 def test_drills_are_a_problem_source_of_code_rl():

@@ -245,6 +245,9 @@ def test_champion_is_the_final_rl_policy_with_lineage(scenario):
     # Code RL stage 2 draws Figure 4 and compares itself with stage 1 on held-out drills.
     stage2 = client.get_run(stages["code-rl-stage2"]["run_id"])
     assert {"check_before_solved", "check_after_solved", "r_correctness_last20"} <= set(stage2.data.metrics)
+    m = stage2.data.metrics  # the rise is the difference of the two checks, with its standard error
+    assert m["check_optimal_rise"] == pytest.approx(m["check_after_optimal_share"] - m["check_before_optimal_share"])
+    assert m["check_optimal_rise_se"] >= 0
     plots = {a.path for a in client.list_artifacts(stage2.info.run_id, "plots")}
     assert "plots/figure4_code_rl.png" in plots
 
