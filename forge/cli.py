@@ -211,7 +211,7 @@ def _print_stages(stages: dict) -> None:
         console.print(figures)
 
 
-MAX_METRICS_SHOWN = 6  # per stage in the table; `forge status --json` and MLflow have every one
+MAX_METRICS_SHOWN = 8  # per stage in the table; `forge status --json` and MLflow have every one
 
 
 def _alive(pid: int) -> bool:
