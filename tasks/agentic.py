@@ -52,10 +52,10 @@ def agentic_rl_task(
 ) -> Checkpoint:
     """Agentic RL from ``policy`` on ``cfg.questions`` lookups whose heads and questions no row of ``data``'s mix
     shows (forge.search.lookups.sft_seen). Logs per step: tool calls per episode, trajectory and turn reward,
-    rejected-turn share (curves too), their first/last-20% means; a few final episodes as ``episodes.json``. The
-    version carries the SFT held-out loss, as the GRPO stages' versions do."""
+    rejected-turn share (curves too), their first/last-20% means, how many steps updated the policy; a few final
+    episodes as ``episodes.json``. The version carries the SFT held-out loss, as the GRPO stages' versions do."""
     from forge.data.mix import read_heldout
-    from forge.training.agentic import CURVES
+    from forge.training.agentic import CURVES, updates
     from forge.training.launch import run_training
     from forge.training.sft import heldout_chat_loss
     from registry.models import register_checkpoint
@@ -74,8 +74,9 @@ def agentic_rl_task(
             log_curve(f"agentic_rl_{key}", steps, values, CURVE_LABELS[key])
         mlflow.log_dict(stage.episodes, "episodes.json")
         heldout_loss = heldout_chat_loss(out, read_heldout(data.mix_dir), sft, runtime)
-        metrics = {**result.window_metrics(CURVES), "sft_heldout_loss": heldout_loss,
-                   "seconds": round(result.seconds, 1)}
+        # "updates": the steps that changed a weight (none when no group's rewards differ: forge/training/agentic.py)
+        metrics = {"updates": float(updates(result.curve)), **result.window_metrics(CURVES),
+                   "sft_heldout_loss": heldout_loss, "seconds": round(result.seconds, 1)}
         mlflow.log_metrics(metrics)
         version = register_checkpoint(out, "forge-policy", run_id=run.info.run_id, tags=tags,
                                       metrics={"sft_heldout_loss": heldout_loss})

@@ -346,6 +346,11 @@ def update_policy(model: PreTrainedModel, ref_model: PreTrainedModel | None, epi
     return stats
 
 
+def updates(curve: list[dict[str, float]]) -> int:
+    """How many steps of ``curve`` changed the policy: those where some trained token carried an advantage."""
+    return sum(1 for r in curve if r.get("trained_tokens"))
+
+
 def train_agentic(policy_dir: Path, env: Environment, cfg: AgenticRLConfig, runtime: TrainingRuntimeConfig,
                   out_dir: Path, *, seed: int = 0, log_metrics: MetricsLogger | None = None) -> GRPOResult:
     """``cfg.max_steps`` rollout-and-update steps from the policy in ``policy_dir``; the trained policy is written
@@ -389,6 +394,14 @@ def train_agentic(policy_dir: Path, env: Environment, cfg: AgenticRLConfig, runt
             log_metrics({k: v for k, v in record.items() if k != "step"}, step + 1)
         if (step + 1) % cfg.save_steps == 0 and step + 1 < cfg.max_steps and is_main_process():
             _save_state(work_dir / STATE_FILE, model, optimizer, step + 1, curve)
+    if not updates(curve):
+        rejected_all = all(r["rejected_turn_share"] == 1 for r in curve)
+        logger.warning(
+            "agentic RL: none of its %d steps updated the policy: no trained turn carried an advantage (%s), so the "
+            "new version's weights are its parent's. The policy needs turns the critic passes and answers that differ "
+            "in reward within a group; rejected_turns='negative_reward' trains on rejected turns (docs/architecture.md)",
+            len(curve), "the critic rejected every turn and rejected turns train on nothing (rejected_turns='no_loss')"
+            if rejected_all and cfg.rejected_turns == "no_loss" else "every group's trajectory rewards were equal")
     assert_replicas_agree(model)
     if is_main_process():
         save_atomically(model, tokenizer, Path(out_dir))

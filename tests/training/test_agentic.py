@@ -29,6 +29,7 @@ from forge.training.agentic import (
     train_agentic,
     turn_advantages,
     update_policy,
+    updates,
 )
 from forge.training.base_model import build_model
 from forge.training.checkpoints import save_atomically, work_dir_for
@@ -262,6 +263,40 @@ def test_train_agentic_logs_every_step_and_resumes_after_a_kill(tools, one_hop, 
     assert (out / "config.json").exists() and not work_dir_for(out).exists()
 
 
+class Scripted:
+    """The environment, with every episode written by ``policy`` instead of the model under training."""
+
+    def __init__(self, env, policy):
+        self.env, self.policy = env, policy
+
+    def rollout(self, policy, step, shard=(0, 1)):
+        return self.env.rollout(self.policy, step, shard)
+
+
+class AlwaysWrong(ScriptedLookup):
+    def __init__(self, tokenizer, qa):
+        super().__init__(tokenizer, qa.model_copy(update={"answer": "Atlantis"}))  # every episode answers wrong
+
+
+@pytest.mark.parametrize("policy, learns", [(ScriptedLookup, True), (AlwaysWrong, False)])
+def test_a_run_that_never_updates_the_policy_says_so(tools, one_hop, model_dir, tokenizer, tmp_path, caplog,
+                                                    policy, learns):
+    """One right and one wrong answer per group: every step trains. Two wrong ones: the group's trajectory rewards
+    agree, the passed turns get advantage 0 and the rejected ones no loss (no_loss), so no step changes a weight,
+    and the run says so instead of registering its parent's weights in silence."""
+    env = Scripted(SearchEnvironment.from_config(tools, [one_hop], CFG), policy(tokenizer, one_hop))
+    with caplog.at_level("WARNING", logger="forge.training.agentic"):
+        result = train_agentic(model_dir, env, CFG, TrainingRuntimeConfig(), tmp_path / "rl", seed=0)
+    assert updates(result.curve) == (2 if learns else 0)
+    warned = [r.getMessage() for r in caplog.records if "updated the policy" in r.getMessage()]
+    assert bool(warned) != learns
+    if warned:
+        assert "none of its 2 steps" in warned[0] and "trajectory rewards were equal" in warned[0]
+    before = AutoModelForCausalLM.from_pretrained(model_dir).state_dict()
+    after = AutoModelForCausalLM.from_pretrained(tmp_path / "rl").state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before) != learns
+
+
 def test_agentic_rl_task_registers_a_policy_version_with_its_parent(workspace, tools, model_dir, tmp_path):
     import mlflow
 
@@ -286,7 +321,8 @@ def test_agentic_rl_task_registers_a_policy_version_with_its_parent(workspace, t
     assert version.tags[PARENT_VERSION_TAG] == "forge-policy/7" and "metric.sft_heldout_loss" in version.tags
     run = mlflow.get_run(result.run_id)
     assert {"trajectory_reward_first20", "trajectory_reward_last20", "tool_calls_last20",
-            "rejected_turn_share_first20"} <= set(run.data.metrics)
+            "rejected_turn_share_first20", "updates"} <= set(run.data.metrics)
+    assert 0 <= run.data.metrics["updates"] <= 2
     history = mlflow.MlflowClient().get_metric_history(result.run_id, "tool_calls")
     assert [m.step for m in history] == [1, 2]
     assert int(run.data.params["questions"]) == 8 and int(run.data.params["sft_pages_excluded"]) >= 6
