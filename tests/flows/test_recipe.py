@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -35,19 +34,15 @@ def scenario(tmp_path_factory):
     status_after_kill = forge(root, "status", timeout=60).stdout
 
     # Run 2: resume.
-    t = time.time()
     second = forge(root, "run", "--profile", str(PROFILE))
-    second_s = time.time() - t
     assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
     after_resume = run_status(root)
 
     # Run 3: everything cached.
-    t = time.time()
     third = forge(root, "run", "--profile", str(PROFILE))
-    third_s = time.time() - t
     assert third.returncode == 0, third.stdout[-4000:] + third.stderr[-4000:]
     return {"root": root, "after_kill": after_kill, "after_resume": after_resume, "third": run_status(root),
-            "second_s": second_s, "third_s": third_s, "second_out": second.stdout,
+            "second_out": second.stdout,
             "status_after_kill": status_after_kill}
 
 
@@ -77,7 +72,11 @@ def test_second_run_trains_nothing(scenario):
              "eval-deep_search")
     for name in TRAINING_STAGES + evals:
         assert stages[name]["state"] == "cached", (name, stages[name])
-    assert scenario["third_s"] < scenario["second_s"]
+    # Only the bookkeeping ran again (not a timing: the two runs' wall times were within 1% beside another worker,
+    # a cached run's fixed start-up cost being most of a CI-profile run's), and no stage registered a new version.
+    assert {n for n, s in stages.items() if s["state"] != "cached"} <= {"dvc", "eval-report", "promote"}
+    resumed = scenario["after_resume"]["stages"]
+    assert [stages[n].get("version") for n in TRAINING_STAGES] == [resumed[n].get("version") for n in TRAINING_STAGES]
 
 
 def test_the_plan_lists_exactly_the_stages_the_run_ran(scenario):
