@@ -391,7 +391,7 @@ def code_grpo_task(
                         verdicts[label] = check_policy(backend, held_out, cfg.check_samples, generation.temperature,
                                                        cfg.max_new_tokens, seed)
                     metrics |= verdicts[label].metrics(f"check_{label}")
-                metrics = compare_checks(verdicts["before"], verdicts["after"]) | metrics  # first: `forge run` shows 6
+                metrics = compare_checks(verdicts["before"], verdicts["after"]) | metrics  # first: `forge run` shows a stage's first metrics
                 logger.info("code RL stage 2 check (%d held-out problems x %d): optimal share %.2f -> %.2f "
                             "(%+.2f +- %.2f), solved %.2f -> %.2f (%+.2f +- %.2f)", len(held_out), cfg.check_samples,
                             verdicts["before"].optimal_share, verdicts["after"].optimal_share,

@@ -395,13 +395,15 @@ def train_agentic(policy_dir: Path, env: Environment, cfg: AgenticRLConfig, runt
         if (step + 1) % cfg.save_steps == 0 and step + 1 < cfg.max_steps and is_main_process():
             _save_state(work_dir / STATE_FILE, model, optimizer, step + 1, curve)
     if not updates(curve):
-        rejected_all = all(r["rejected_turn_share"] == 1 for r in curve)
+        if cfg.rejected_turns == "no_loss" and all(r["rejected_turn_share"] == 1 for r in curve):
+            reason = "the critic rejected every turn and rejected turns train on nothing (rejected_turns='no_loss')"
+        else:
+            reason = "every group's trajectory rewards were equal"
         logger.warning(
             "agentic RL: none of its %d steps updated the policy: no trained turn carried an advantage (%s), so the "
             "new version's weights are its parent's. The policy needs turns the critic passes and answers that differ "
             "in reward within a group; rejected_turns='negative_reward' trains on rejected turns (docs/architecture.md)",
-            len(curve), "the critic rejected every turn and rejected turns train on nothing (rejected_turns='no_loss')"
-            if rejected_all and cfg.rejected_turns == "no_loss" else "every group's trajectory rewards were equal")
+            len(curve), reason)
     assert_replicas_agree(model)
     if is_main_process():
         save_atomically(model, tokenizer, Path(out_dir))
