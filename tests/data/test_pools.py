@@ -9,8 +9,8 @@ import pytest
 
 from forge.data import corpora as C
 from forge.data.jsonl import read_jsonl
-from forge.data.pools import GSM8K, HOTPOT, MUSIQUE, R1_TRAIN, chat_text, iter_pretraining_texts
-from forge.data.schemas import CodeProblem, PreferencePair, SearchQA
+from forge.data.pools import GSM8K, HOTPOT, MUSIQUE, chat_text, iter_pretraining_texts
+from forge.data.schemas import PreferencePair
 from forge.workspace import REPO_ROOT
 
 CORPORA = REPO_ROOT / "corpora"
@@ -28,10 +28,9 @@ def test_every_domain_non_empty_valid_and_ids_unique(chat_pools, pool_paths):
     for domain, rows in chat_pools.items():
         assert len(rows) >= 100, domain
         assert all(r.domain == domain for r in rows)
-    for name, schema in (("preferences", PreferencePair), ("search_qa", SearchQA), ("code_problems", CodeProblem),
-                         ("code_eval", CodeProblem), ("search_qa_eval", SearchQA)):
-        res = read_jsonl(pool_paths[name], schema, max_bad_ratio=0.0)
-        assert res.n_good > 0 and len({r.id for r in res.rows}) == res.n_good, name
+    res = read_jsonl(pool_paths["preferences"], PreferencePair, max_bad_ratio=0.0)
+    assert res.n_good > 0 and len({r.id for r in res.rows}) == res.n_good
+    assert set(pool_paths) == {*chat_pools, "preferences"}  # what a stage reads, nothing beside it
 
 
 def test_tool_calls_where_expected_and_only_declared_tools(chat_pools):
@@ -49,20 +48,19 @@ def test_tool_calls_where_expected_and_only_declared_tools(chat_pools):
     assert calc and all(m.content.lstrip("-").replace(".", "", 1).isdigit() for m in calc)
 
 
-def test_deep_search_answers_are_the_gold_answers_of_their_questions(chat_pools, pool_paths):
-    gold = {q.parents[0]: q.answer for q in read_jsonl(pool_paths["search_qa"], SearchQA, max_bad_ratio=0.0).rows}
+def test_deep_search_answers_are_the_gold_answers_of_their_questions(chat_pools):
+    gold = {f"musique:{q['id']}": q["answer"] for q in C.load_musique(CORPORA)}
+    gold |= {f"hotpotqa:{q['_id']}": q["answer"] for q in C.load_hotpotqa(CORPORA)}
     for r in chat_pools["deep_search"]:
         final = r.messages[-1]
         assert final.role == "assistant" and final.content and not final.tool_calls
         assert final.content == gold[r.parents[0]], r.parents
 
 
-def test_graph_walks_are_left_to_deep_search_synthesis(chat_pools, pool_paths):
+def test_graph_walks_are_left_to_deep_search_synthesis(chat_pools):
     assert {r.source for r in chat_pools["deep_search"]} == {MUSIQUE, HOTPOT}
     assert {r.source for r in chat_pools["tool_use"]} == {GSM8K}
-    qas = read_jsonl(pool_paths["search_qa"], SearchQA, max_bad_ratio=0.0).rows
-    assert {q.source for q in qas} == {MUSIQUE, HOTPOT, R1_TRAIN}
-    rows = [*(r for rows in chat_pools.values() for r in rows), *qas]
+    rows = [r for rows in chat_pools.values() for r in rows]
     assert not [r.id for r in rows if r.source.startswith("kg_fb15k237") or any("fb15k" in p for p in r.parents)]
 
 
@@ -72,7 +70,7 @@ def test_leak_check_would_catch_the_raw_math_file(eval_strings):
     assert sum(e in raw for e in eval_strings) >= 400
 
 
-def test_no_eval_item_leaks_into_pools(chat_pools, pool_paths, eval_strings):
+def test_no_eval_item_leaks_into_pools(chat_pools, eval_strings):
     text = C.normalize_text("\n".join(chat_text(r) for rows in chat_pools.values() for r in rows))
     leaked = [e for e in eval_strings if e in text]
     assert not leaked, leaked[:3]
@@ -81,8 +79,6 @@ def test_no_eval_item_leaks_into_pools(chat_pools, pool_paths, eval_strings):
     mbpp_ids = {int(p.split(":")[1]) for p in parents if p.startswith("mbpp:")}
     assert mbpp_ids and not mbpp_ids & set(C.MBPP_EVAL_IDS)
     assert not any(p.startswith("gsm8k/test") for p in parents)
-    train_problems = read_jsonl(pool_paths["code_problems"], CodeProblem).rows
-    assert not {int(p.task_id.split("/")[1]) for p in train_problems} & set(C.MBPP_EVAL_IDS)
 
 
 def test_pretraining_texts_deterministic_mixed_and_eval_free(eval_strings):
