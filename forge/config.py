@@ -311,8 +311,9 @@ class CodeRLConfig(Strict):
     GRPO with R = R_format + pass rate (stage 1) and + R_time only at pass rate 1 (stage 2, Figure 3)."""
 
     enabled: bool = Field(True, description="Run the two code RL stages after pair-wise RL.")
-    sources: list[Literal["forge", "humaneval", "mbpp", "drills"]] = Field(
-        default_factory=lambda: ["forge"], description="Where RL problems come from (drills: the tiny family).")
+    sources: list[Literal["forge", "humaneval", "mbpp", "mbpp-train", "drills"]] = Field(
+        default_factory=lambda: ["forge"], description="Where RL problems come from (drills: the tiny family; none "
+        "the eval suites score).")
     limit: int | None = Field(None, ge=1, description="First N problems per source (None = all).")
     num_rollouts: int = Field(8, ge=1, description="n rollouts per problem in the on-policy filter (§2.3.2).")
     keep_k_min: int = Field(1, ge=0, description="Smallest k of n kept (§2.3.2: 1).")
@@ -521,10 +522,14 @@ class HumanEvalConfig(Strict):
     workers: int = Field(2, ge=1)
 
 
+CodeSource = Literal["forge", "humaneval", "mbpp", "mbpp-train"]  # mbpp: MBPP's test split (tasks 11–510)
+
+
 class CodeSuiteConfig(Strict):
     """The code suite on Forge's judge (forge/evals/code.py): pass@1 (greedy) per problem source."""
 
-    sources: list[str] = Field(["mbpp", "forge"], description="Problem sources: forge, humaneval, mbpp.")
+    sources: list[Literal["forge", "humaneval", "mbpp"]] = Field(
+        default_factory=lambda: ["mbpp"], description="Problem sources: forge, humaneval, mbpp (its test split).")
     limit: int | None = Field(None, ge=1, description="First N problems per source (None = all).")
     max_new_tokens: int = Field(256, ge=1)
     batch_size: int = Field(16, ge=1)
@@ -532,30 +537,30 @@ class CodeSuiteConfig(Strict):
     memory_mb: int = Field(512, ge=64)
 
 
-class CodeDataConfig(Strict):
-    """§2.3.2 code data: SFT candidates judged correct + time-optimal, RL problems filtered by k of n. Read by
-    tasks/code.py; not a profile section until the code RL stages run in the recipe (docs/architecture.md)."""
+EVALUATED_ALWAYS = ("humaneval",)  # the HumanEval stage (eval.humaneval) runs in every recipe
 
-    sources: list[str] = Field(["forge"], description="Problem sources: forge, humaneval, mbpp.")
+
+class CodeSFTConfig(Strict):
+    """§2.3.2 SFT data construction: candidates sampled per problem from the teacher endpoint
+    (``generation.openai_base_url``) when one is set, else the base model; the judge keeps those that pass every test
+    and are time-optimal (or of the best class measured among the correct ones), and they join the code pool before
+    the mix. Off in tiny: its code SFT rows are the drills' weak teacher's (docs/architecture.md)."""
+
+    enabled: bool = Field(False, description="Build judged code SFT rows before the mix (§2.3.2).")
+    sources: list[CodeSource] = Field(
+        default_factory=lambda: ["mbpp-train"],
+        description="Problem sources (mbpp-train: MBPP's train tasks); none the eval suites score.")
     limit: int | None = Field(None, ge=1, description="First N problems per source (None = all).")
-    n_candidates: int = Field(4, ge=1, description="SFT candidates sampled per problem.")
+    n_candidates: int = Field(4, ge=1, description="Candidates sampled per problem.")
     temperature: float = Field(0.8, ge=0)
     max_new_tokens: int = Field(384, ge=1)
-    backend: Literal["known", "policy"] = Field(
-        "known",
-        description="known: each problem's reference, slower and broken answers (a stand-in teacher); "
-        "policy: the checkpoint being trained, through the transformers backend.",
-    )
-    known_good: int = Field(2, ge=0, description="'known' backend: reference answers in each problem's pool.")
-    known_slow: int = Field(3, ge=0, description="'known' backend: correct but slower answers per pool.")
-    known_broken: int = Field(3, ge=0, description="'known' backend: wrong answers per pool.")
     complexity_judge_url: str | None = Field(
         None, description="OpenAI-compatible endpoint (…/v1) of a complexity judge model; None = empirical judge."
     )
     complexity_judge_model: str | None = Field(None, description="The model name complexity_judge_url serves.")
 
     @model_validator(mode="after")
-    def _judge_model(self) -> CodeDataConfig:
+    def _judge_model(self) -> CodeSFTConfig:
         _needs_model(self.complexity_judge_url, self.complexity_judge_model, "complexity_judge_model")
         return self
 
@@ -688,6 +693,7 @@ class RecipeConfig(Strict):
     pointwise_rl: PointwiseRLConfig = PointwiseRLConfig()
     pairwise_rl: PairwiseRLConfig = PairwiseRLConfig()
     refinement: RefinementConfig = RefinementConfig()
+    code_sft: CodeSFTConfig = CodeSFTConfig()
     code_rl: CodeRLConfig = CodeRLConfig()
     deep_search: DeepSearchConfig = DeepSearchConfig()
     agentic_rl: AgenticRLConfig = AgenticRLConfig()
@@ -705,6 +711,18 @@ class RecipeConfig(Strict):
                 f"sft.curriculum ends at {longest} tokens but base.max_position_embeddings is "
                 f"{self.base.max_position_embeddings}: raise max_position_embeddings or shorten the curriculum"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _trains_on_no_evaluated_problem(self) -> RecipeConfig:
+        evaluated = {*EVALUATED_ALWAYS, *self.eval.code.sources}
+        for name, cfg in (("code_sft", self.code_sft), ("code_rl", self.code_rl)):
+            shared = [s for s in cfg.sources if s in evaluated] if cfg.enabled else []
+            if shared:
+                raise ValueError(
+                    f"{name}.sources: {', '.join(shared)} would train on problems the code evaluation scores "
+                    f"(eval.code.sources: {', '.join(self.eval.code.sources)}; HumanEval is always scored): "
+                    "take them out of one of the two")
         return self
 
 

@@ -98,6 +98,10 @@ def recipe_plan(cfg: RecipeConfig) -> list[StagePlan]:
             add(f"search-shard-{i + 1}-of-{ds.num_shards}", None,
                 data=f"a shard of {ds.num_questions} graph-walk questions, agents {', '.join(ds.agents)}")
         add("search-merge", None, data="the shards' trajectories into deep_search / tool_use")
+    if cfg.code_sft.enabled:
+        c = cfg.code_sft
+        add("code-sft-data", None, backend=teacher, flags=teacher_flags, where="generation",
+            data=f"{', '.join(c.sources)}: {c.n_candidates} candidates a problem, judged (correct, time-optimal)")
     if cfg.code_rl.enabled and cfg.code_rl.drills.sft_per_op:
         add("code-drills", None, data="generated drills (forge/code/problems/drills.py)")
     add("mix", None, data=f"{cfg.mix.name}: {cfg.mix.total_tokens:,} tokens")

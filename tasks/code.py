@@ -1,15 +1,13 @@
-"""Prefect tasks for code (§2.3.2–2.3.3): the drills' SFT rows into the code pool, the tiny profile's code warm-up
-(SFT on those rows before RL; docs/architecture.md says why), the on-policy RL filter (k of n rollouts per
-problem), the two GRPO stages of code RL, and SFT samples judged correct and time-optimal.
+"""Prefect tasks for code (§2.3.2–2.3.3): SFT rows judged correct and time-optimal into the code pool (when
+``code_sft.enabled``), the drills' SFT rows into the code pool, the tiny profile's code warm-up (SFT on those rows
+before RL; docs/architecture.md says why), the on-policy RL filter (k of n rollouts per problem) and the two GRPO
+stages of code RL.
 
 The filter writes a folder under rl-data/code/ (rows + manifest, named by content digest), versions rl-data/ with
 DVC (``rl-data.dvc``; apart from data/, whose md5 must not move with every policy; its md5 goes on the stage's
 checkpoint) and logs pass-rate histograms. Each GRPO stage registers a ``forge-policy`` version whose
 parent is the policy it started from; stage 2 draws the paper's Figure 4 (R_correctness and R_time across both
-stages, a line at the boundary) and compares the two checkpoints on held-out problems.
-
-``code_sft_task`` (correct + time-optimal SFT samples from a teacher) is not in the recipe: the tiny profile's
-code SFT rows are the drills' (docs/architecture.md); tests/code/test_code_data.py runs it."""
+stages, a line at the boundary) and compares the two checkpoints on held-out problems."""
 
 from __future__ import annotations
 
@@ -22,8 +20,8 @@ from typing import TYPE_CHECKING
 import mlflow
 
 from forge.config import (
-    CodeDataConfig,
     CodeRLConfig,
+    CodeSFTConfig,
     DrillsConfig,
     GenerationConfig,
     SFTConfig,
@@ -31,7 +29,7 @@ from forge.config import (
     TrainingRuntimeConfig,
 )
 from forge.hashing import value_digest
-from forge.stages import Checkpoint, DataFile, DataMix, Pools
+from forge.stages import Base, Checkpoint, DataFile, DataMix, Pools
 from forge.workspace import Workspace
 from registry.tracking import (
     DATA_MD5_TAG,
@@ -50,7 +48,7 @@ if TYPE_CHECKING:
     from forge.data.schemas import ChatSample
 
 logger = logging.getLogger(__name__)
-CODE_MODULES = ("forge.code.data", "forge.code.judge", "forge.code.complexity", "forge.code.candidates",
+CODE_MODULES = ("forge.code.data", "forge.code.judge", "forge.code.complexity",
                 "forge.code.problems.drills")
 CODE_RL_MODULES = (*CODE_MODULES, "forge.code.rewards", "forge.training.grpo", "forge.training.sft")
 CURVES = {"reward": "mean reward", "rewards/r_correctness/mean": "R_correctness (pass rate)",
@@ -73,28 +71,7 @@ def log_histogram(name: str, values: list[float], xlabel: str, bins: int = 10) -
     return artifact
 
 
-def _problems(cfg: CodeDataConfig):
-    from forge.code.problems import load_problems
-
-    return load_problems(cfg.sources, limit=cfg.limit)
-
-
-def _backend(cfg: CodeDataConfig, problems, model_dir: str | None, n: int):
-    if cfg.backend == "policy":
-        if not model_dir:
-            raise ValueError("code_data.backend = 'policy' needs a model_dir (the checkpoint to sample from)")
-        from forge.generation import get_backend
-
-        return get_backend("transformers", model=model_dir)
-    from forge.code.candidates import CandidatePoolBackend, known_candidates
-
-    good, slow, broken = cfg.known_good, cfg.known_slow, cfg.known_broken
-    if good + slow + broken == 0:
-        raise ValueError("code_data: the 'known' backend needs at least one candidate per problem")
-    return CandidatePoolBackend({p.prompt(): known_candidates(p, good, slow, broken) for p in problems})
-
-
-def _complexity_judge(cfg: CodeDataConfig):
+def _complexity_judge(cfg: CodeSFTConfig):
     """The judge model's backend when an endpoint is configured (the paper's instruct judge), else None."""
     if not cfg.complexity_judge_url:
         return None
@@ -116,22 +93,25 @@ def _write_version(name: str, rows: list[dict], manifest: dict, under: Path | No
     return str(out)
 
 
-@cached_task(name="code-sft-data", modules=CODE_MODULES)
-def code_sft_task(*, ctx: StageContext, cfg: CodeDataConfig, model_dir: str | None = None) -> DataFile:
-    """Sample N candidates per problem, keep the correct and time-optimal ones as SFT chat samples."""
+@cached_task(name="code-sft-data", modules=(*CODE_MODULES, "forge.data.jsonl"))
+def code_sft_task(
+    *, ctx: StageContext, cfg: CodeSFTConfig, generation: GenerationConfig, seed: int, base: Base, pools: Pools
+) -> Pools:
+    """§2.3.2 SFT data: ``cfg.n_candidates`` answers per problem from the teacher endpoint (else the base model),
+    judged in the sandbox; those that pass every test and are time-optimal join the code pool (data/pools/, which the
+    mix's DVC version holds), each with its problem in ``source`` (``code-sft:<problem id>``)."""
     from forge.code.data import sample_sft
+    from forge.code.problems import load_problems
+    from forge.data.jsonl import read_jsonl, write_jsonl
+    from forge.data.schemas import ChatSample
+    from forge.generation import teacher_or_local
+    from forge.hashing import files_digest
 
-    problems = _problems(cfg)
-    backend = _backend(cfg, problems, model_dir, cfg.n_candidates)
+    problems = load_problems(cfg.sources, limit=cfg.limit)
     with ctx.start_run("code-sft-data", {STAGE_TAG: "data/code-sft"}) as run:
-        result = sample_sft(
-            backend,
-            problems,
-            cfg.n_candidates,
-            cfg.temperature,
-            cfg.max_new_tokens,
-            judge_backend=_complexity_judge(cfg),
-        )
+        with teacher_or_local(generation, base.model_dir) as backend:
+            result = sample_sft(backend, problems, cfg.n_candidates, cfg.temperature, cfg.max_new_tokens,
+                                judge_backend=_complexity_judge(cfg), seed=seed)
         rates = result.pass_rates()
         log_histogram("code_sft_candidate_pass_rate", rates, "pass rate of a candidate")
         kept_per_problem = {p.id: 0 for p in problems}
@@ -140,14 +120,21 @@ def code_sft_task(*, ctx: StageContext, cfg: CodeDataConfig, model_dir: str | No
         metrics = {
             "code_sft_problems": float(len(problems)),
             "code_sft_candidates": float(len(rates)),
+            "code_sft_candidates_passing": float(sum(r == 1.0 for r in rates)),
             "code_sft_kept": float(len(result.samples)),
             "code_sft_problems_covered": float(sum(1 for v in kept_per_problem.values() if v)),
         }
         mlflow.log_metrics(metrics)
         rows = [s.model_dump(mode="json") for s in result.samples]
-        path = _write_version("sft", rows, {"config": cfg.model_dump(mode="json"), "metrics": metrics})
         log_table([{"problem_id": k, "kept": v} for k, v in kept_per_problem.items()], "code_sft_kept.json")
-    return DataFile(path=path, run_id=run.info.run_id, metrics=metrics, counts={"rows": len(rows)})
+    logger.info("code SFT data: %d of %d candidates pass every test, %d kept (time-optimal, deduplicated) for %d of "
+                "%d problems", metrics["code_sft_candidates_passing"], len(rates), len(rows),
+                metrics["code_sft_problems_covered"], len(problems))
+    code = read_jsonl(pools.files["code"], ChatSample).rows
+    out = Workspace.from_env().pools / "code+judged.jsonl"
+    write_jsonl(out, [r.model_dump(mode="json") for r in code] + rows)
+    files = {**pools.files, "code": str(out)}
+    return Pools(files=files, digest=files_digest(files), review=pools.review, metrics=metrics, run_id=run.info.run_id)
 
 
 @cached_task(name="code-drills", modules=("forge.code.problems.drills", "forge.data.jsonl"))

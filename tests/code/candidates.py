@@ -1,11 +1,10 @@
-"""A generation backend that answers from a fixed pool of candidate solutions per prompt.
-
-It stands in for a teacher or policy where the candidates are known: offline replays of an earlier model's
-samples, or (in tests and the tiny profile) each problem's reference, slower and broken solutions, so the SFT
-selection and the RL difficulty filter can be shown to keep exactly what they should. Greedy decoding
-(temperature 0) always returns a prompt's first candidate; sampling walks through the pool in an order shuffled
-once per prompt (by the backend's ``seed``), one candidate per call whatever seed the call passes, so n rollouts of
-a prompt see n different candidates while the pool lasts, as n differently seeded samples of a model would.
+"""A generation backend that answers from a fixed pool of candidate solutions per prompt, for tests of the judge's
+side of code data: with each problem's reference, slower and broken solutions as the candidates, the SFT selection
+and the RL difficulty filter can be shown to keep exactly what they should (what a model samples is tested with a
+real model: tests/code/test_code_data.py). Greedy decoding (temperature 0) always returns a prompt's first
+candidate; sampling walks through the pool in an order shuffled once per prompt (by the backend's ``seed``), one
+candidate per call whatever seed the call passes, so n rollouts of a prompt see n different candidates while the
+pool lasts, as n differently seeded samples of a model would.
 
     backend = CandidatePoolBackend({problem.prompt(): [good, slow, broken]})
     backend.generate([[{"role": "user", "content": problem.prompt()}]], temperature=1.0)

@@ -1,6 +1,7 @@
 """Code data: the RL difficulty filter keeps problems with k in [1, 5] of 8 (solved in stage 1, meeting the
 complexity bound in stage 2), SFT keeps correct and time-optimal candidates; the cached tasks write versioned
-data and log pass-rate histograms. Candidates come from a real backend over known solutions.
+data and log pass-rate histograms. The selection's candidates come from a backend over known solutions
+(tests/code/candidates.py); the recipe's stage samples a real model.
 
 .venv/bin/pytest tests/code/test_code_data.py -q
 """
@@ -10,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from forge.code.candidates import BROKEN, CandidatePoolBackend, known_candidates
 from forge.code.data import RLRow, filter_rl, most_informative, sample_sft
 from forge.code.judge import fence
 from forge.code.problems import forge_problems
 from forge.code.sandbox import isolation_report
+from tests.code.candidates import BROKEN, CandidatePoolBackend, known_candidates
 
 FORGE = {p.id: p for p in forge_problems()}
 pytestmark = pytest.mark.skipif(not isolation_report().strong, reason="the sandbox refuses on this host")
@@ -73,21 +74,87 @@ def test_sft_keeps_only_correct_time_optimal_candidates():
     assert sorted(result.pass_rates()).count(1.0) == 6  # 4 draws each from pools of 4 and 3 (one wraps)
 
 
-def test_cached_tasks_write_versioned_data_and_histograms(workspace, tmp_path, monkeypatch, tiny_policy):
+def _taught(model_dir: Path, out: Path, prompt: str, answer: str, steps: int = 150) -> Path:
+    """``model_dir``'s model trained until it writes ``answer`` to ``prompt`` (a real model that knows one answer)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    chat = [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]
+    ids = torch.tensor([tok(tok.apply_chat_template(chat, tokenize=False), add_special_tokens=False)["input_ids"]])
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(steps):
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def test_code_sft_data_keeps_what_the_model_answers_correctly_and_adds_it_to_the_code_pool(
+        workspace, tmp_path, monkeypatch, tiny_policy):
+    """§2.3.2 through the recipe's stage: the base model (no teacher endpoint here) samples answers to MBPP train
+    tasks; the one task it was taught the reference of is kept, the other is not, and the code pool grows by it."""
     import mlflow
 
-    from forge.config import CodeDataConfig, CodeRLConfig, GenerationConfig
+    from forge.code.problems import load_problems
+    from forge.config import CodeSFTConfig, GenerationConfig
+    from forge.data.jsonl import read_jsonl, write_jsonl
+    from forge.data.schemas import ChatSample, Message
+    from forge.stages import Base, Pools
+    from forge.workspace import REPO_ROOT
+    from registry.tracking import StageContext, init_mlflow
+    from tasks.code import code_sft_task
+
+    monkeypatch.setenv("FORGE_ROOT", str(tmp_path))
+    (tmp_path / "corpora").symlink_to(REPO_ROOT / "corpora")
+    init_mlflow(workspace)
+    _, second = load_problems(["mbpp-train"], limit=2)  # mbpp/1 and mbpp/2
+    model = _taught(tiny_policy, tmp_path / "taught", second.prompt(), fence(second.reference))
+    code = tmp_path / "code.jsonl"
+    mine = ChatSample.build(domain="code", source="mine", messages=[Message(role="user", content="hi"),
+                                                                    Message(role="assistant", content="hello")])
+    write_jsonl(code, [mine.model_dump(mode="json")])
+    pools = Pools(files={"code": str(code)}, digest="d0")
+    cfg = CodeSFTConfig(enabled=True, limit=2, n_candidates=2, temperature=0.0, max_new_tokens=96)
+    out = code_sft_task.fn(ctx=StageContext(), cfg=cfg, generation=GenerationConfig(), seed=0,
+                           base=Base(model_dir=str(model), tokenizer_dir=str(model)), pools=pools)
+
+    rows = read_jsonl(out.files["code"], ChatSample, max_bad_ratio=0.0).rows
+    assert [r.source for r in rows] == ["mine", f"code-sft:{second.id}"]  # greedy twice: one row, deduplicated
+    assert rows[1].messages[1].content == fence(second.reference) and out.digest != pools.digest
+    assert out.metrics["code_sft_candidates"] == 4 and out.metrics["code_sft_kept"] == 1
+    assert out.metrics["code_sft_problems_covered"] == 1  # mbpp/1, the task it was not taught, kept nothing
+    assert read_jsonl(code, ChatSample).rows == [mine]  # the input pool is left as it was
+    logged = mlflow.get_run(out.run_id).data.metrics
+    assert logged["code_sft_kept"] == 1 and logged["code_sft_problems"] == 2
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(out.run_id, "plots")}
+    assert artifacts == {"plots/code_sft_candidate_pass_rate.png"}
+
+
+def test_code_sft_and_code_rl_refuse_problems_the_evaluation_scores():
+    from forge.config import ConfigError, load_profile
+
+    with pytest.raises(ConfigError, match=r"code_rl\.sources: forge would train on problems the code evaluation"):
+        load_profile("nanbeige-4.1-3b", {"eval.code.sources": ["mbpp", "forge"]})
+    with pytest.raises(ConfigError, match=r"code_sft\.sources: humaneval would train on problems"):
+        load_profile("tiny", {"code_sft.enabled": True, "code_sft.sources": ["mbpp-train", "humaneval"]})
+    assert load_profile("tiny", {"code_sft.enabled": True}).code_sft.sources == ["mbpp-train"]
+
+
+def test_cached_filter_writes_versioned_data_and_histograms(workspace, tmp_path, monkeypatch, tiny_policy):
+    import mlflow
+
+    from forge.config import CodeRLConfig, GenerationConfig
     from forge.data.versioning import data_status_clean
     from forge.stages import Checkpoint
     from registry.tracking import StageContext, init_mlflow
-    from tasks.code import code_rl_filter_task, code_sft_task
+    from tasks.code import code_rl_filter_task
 
     monkeypatch.setenv("FORGE_ROOT", str(tmp_path))
     init_mlflow(workspace)
-    cfg = CodeDataConfig(limit=4, n_candidates=2, known_good=1, known_slow=0, known_broken=1)
-    sft = code_sft_task.fn(ctx=StageContext(), cfg=cfg)
-    rows = Path(sft.path, "rows.jsonl").read_text().splitlines()
-    assert len(rows) == 4 and sft.path.startswith(str(tmp_path / "data" / "code" / "sft" / "v-"))
     # The filter samples the policy itself: an untrained model solves nothing, so k = 0 and no problem is kept.
     rl_cfg = CodeRLConfig(sources=["drills"], num_rollouts=4, keep_k_max=3, max_new_tokens=8,
                           drills={"rl_per_op": 1})

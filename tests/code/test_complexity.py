@@ -125,8 +125,8 @@ def test_time_reward(measured, reference, reward):
 
 @needs_sandbox
 def test_model_judge_is_used_when_configured_and_falls_back_to_measuring():
-    from forge.code.candidates import CandidatePoolBackend
     from forge.code.complexity import judge_complexity
+    from tests.code.candidates import CandidatePoolBackend
 
     problem = FORGE["forge/max_subarray"]
     says_quadratic = CandidatePoolBackend({}, fallback="Two nested loops, so O(n^2).")

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import pytest
 
-from forge.code.candidates import CandidatePoolBackend
 from forge.code.data import PolicyCheck, _sample, check_policy, compare_checks
 from forge.code.judge import fence
 from forge.code.problems import load_problems
 from forge.code.problems.drills import OPS, OPS_BY_ID, drill_problems, drill_sft_rows, program
 from forge.code.rewards import CodeRewards, score_completion
 from forge.code.sandbox import isolation_report
+from tests.code.candidates import CandidatePoolBackend
 
 needs_sandbox = pytest.mark.skipif(not isolation_report().strong, reason="the sandbox refuses on this host")
 

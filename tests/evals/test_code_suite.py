@@ -5,12 +5,12 @@
 
 import pytest
 
-from forge.code.candidates import CandidatePoolBackend
 from forge.code.judge import fence
 from forge.code.problems import load_problems
 from forge.code.sandbox import isolation_report
 from forge.config import CodeSuiteConfig
 from forge.evals.code import evaluate_code_suite
+from tests.code.candidates import CandidatePoolBackend
 
 pytestmark = pytest.mark.skipif(not isolation_report().strong, reason="the sandbox refuses on this host")
 

