@@ -267,16 +267,29 @@ def _outs_md5(dvc_text: str) -> str | None:
 
 
 def cpu_kind() -> str:
-    """The machine, torch's CPU kernel width and the processor's generation, e.g. ``x86_64 AVX512 GenuineIntel 6/85``:
-    model-written data (the §2.1.1 refinement rows, the code-RL filter's verdicts) differs in its last bits between
-    kinds (README, "What `make run` does"). The width alone is not enough: two AVX-512 hosts of different
-    generations built different tiny data from the same commit (2026-11-26), since MKL / oneDNN pick their kernels
-    by the core, not only by the instruction set."""
+    """The machine, torch's CPU kernel width, the processor's generation and its bf16 matrix unit, e.g. ``x86_64
+    AVX512 GenuineIntel 6/85`` or ``x86_64 AVX512 GenuineIntel 6/207 AMX``: model-written data (the §2.1.1
+    refinement rows, the code-RL filter's verdicts) differs in its last bits between kinds (README, "What `make run`
+    does"). The width alone is not enough: two AVX-512 hosts of different generations built different tiny data from
+    the same commit (2026-11-26), since MKL / oneDNN pick their kernels by the core, not only by the instruction set;
+    and two hosts of one generation (Intel 6/207, 2026-11-29), one exposing AMX and one only AVX-512-BF16, train the
+    tiny profile in bf16 (``runtime.bf16: auto``) with different kernels and read different losses."""
     import platform
 
     import torch
 
-    return " ".join([platform.machine(), torch.backends.cpu.get_cpu_capability(), *_cpu_generation()])
+    return " ".join([platform.machine(), torch.backends.cpu.get_cpu_capability(), *_cpu_generation(), *_bf16_unit()])
+
+
+def _bf16_unit() -> list[str]:
+    """``["AMX"]`` or ``["AVX512-BF16"]``: the bf16 matrix instructions oneDNN uses on this CPU, else nothing."""
+    import torch
+
+    for name, label in (("_is_amx_tile_supported", "AMX"), ("_is_avx512_bf16_supported", "AVX512-BF16")):
+        probe = getattr(torch.cpu, name, None)
+        if probe is not None and probe():
+            return [label]
+    return []
 
 
 def _cpu_generation() -> list[str]:
