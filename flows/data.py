@@ -26,8 +26,8 @@ def data_flow(config: RecipeConfig, run: RecipeRun, *, base: Base) -> DataMix:
         pools = on_cluster(synthesize_search, config.cluster)(config.deep_search, run, pools=pools, base=base,
                                                               generation=config.generation)
     if config.code_sft.enabled:  # §2.3.2: sampled answers the judge finds correct and time-optimal join the code pool
-        pools = run.stage("code-sft-data", code_sft_task, cfg=config.code_sft, generation=config.generation,
-                          seed=config.seed, base=base, pools=pools)
+        pools = run.stage("code-sft-data", code_sft_task, cfg=config.code_sft, judge=config.code_judge,
+                          generation=config.generation, seed=config.seed, base=base, pools=pools)
     if config.code_rl.enabled and config.code_rl.drills.sft_per_op:  # the tiny code family joins the code pool
         pools = run.stage("code-drills", code_drills_task, cfg=config.code_rl.drills, seed=config.seed, pools=pools)
     refine = config.refinement.enabled

@@ -45,9 +45,11 @@ def rl_flow(config: RecipeConfig, run: RecipeRun, *, base: Base, sft: Checkpoint
                                   sft=config.sft, runtime=config.runtime, seed=config.seed, policy=policy, data=data)
             for stage in (1, 2):
                 kept = rl.stage(f"code-rl-filter-{stage}", code_rl_filter_task, cfg=config.code_rl,
-                                generation=config.generation, seed=config.seed, stage=stage, policy=policy)
+                                judge=config.code_judge, generation=config.generation, seed=config.seed, stage=stage,
+                                policy=policy)
                 policy = rl.stage(f"code-rl-stage{stage}", code_grpo_task, stage=stage, cfg=config.code_rl,
-                                  sft=config.sft, **env, policy=policy, problems=kept, data=data)
+                                  judge=config.code_judge, sft=config.sft, **env, policy=policy, problems=kept,
+                                  data=data)
         # Agentic RL (§2.2, §2.4: "a lightweight agentic RL stage" last): multi-turn tool episodes, trajectory +
         # turn rewards
         policy = rl.stage("agentic-rl", agentic_rl_task, cfg=config.agentic_rl, sft=config.sft,

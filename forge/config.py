@@ -554,14 +554,22 @@ class CodeSFTConfig(Strict):
     n_candidates: int = Field(4, ge=1, description="Candidates sampled per problem.")
     temperature: float = Field(0.8, ge=0)
     max_new_tokens: int = Field(384, ge=1)
-    complexity_judge_url: str | None = Field(
+
+
+class CodeJudgeConfig(Strict):
+    """§2.3.1's judge system, one for code SFT data, the code RL filter, R_time and stage 2's check: the sandbox for
+    correctness; for time complexity an instruct model asked for the class when an endpoint is set (the paper's
+    judge), else timed runs on growing inputs (the empirical judge, and the fallback when the model's answer names
+    no class)."""
+
+    complexity_model_url: str | None = Field(
         None, description="OpenAI-compatible endpoint (…/v1) of a complexity judge model; None = empirical judge."
     )
-    complexity_judge_model: str | None = Field(None, description="The model name complexity_judge_url serves.")
+    complexity_model: str | None = Field(None, description="The model name complexity_model_url serves.")
 
     @model_validator(mode="after")
-    def _judge_model(self) -> CodeSFTConfig:
-        _needs_model(self.complexity_judge_url, self.complexity_judge_model, "complexity_judge_model")
+    def _judge_model(self) -> CodeJudgeConfig:
+        _needs_model(self.complexity_model_url, self.complexity_model, "complexity_model")
         return self
 
 
@@ -693,6 +701,7 @@ class RecipeConfig(Strict):
     pointwise_rl: PointwiseRLConfig = PointwiseRLConfig()
     pairwise_rl: PairwiseRLConfig = PairwiseRLConfig()
     refinement: RefinementConfig = RefinementConfig()
+    code_judge: CodeJudgeConfig = CodeJudgeConfig()
     code_sft: CodeSFTConfig = CodeSFTConfig()
     code_rl: CodeRLConfig = CodeRLConfig()
     deep_search: DeepSearchConfig = DeepSearchConfig()

@@ -14,12 +14,14 @@ from __future__ import annotations
 import json
 import logging
 import random
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import mlflow
 
 from forge.config import (
+    CodeJudgeConfig,
     CodeRLConfig,
     CodeSFTConfig,
     DrillsConfig,
@@ -71,13 +73,28 @@ def log_histogram(name: str, values: list[float], xlabel: str, bins: int = 10) -
     return artifact
 
 
-def _complexity_judge(cfg: CodeSFTConfig):
-    """The judge model's backend when an endpoint is configured (the paper's instruct judge), else None."""
-    if not cfg.complexity_judge_url:
-        return None
-    from forge.generation import endpoint_backend
+@dataclass(frozen=True)
+class JudgeEndpoint:
+    """Connects to the complexity judge model (the paper's instruct judge) where it is called: picklable, so each
+    rank of a launched code RL stage connects its own client (forge/code/rewards.py)."""
 
-    return endpoint_backend(cfg.complexity_judge_url, cfg.complexity_judge_model)
+    url: str
+    model: str
+
+    def __call__(self):
+        from forge.generation import endpoint_backend
+
+        return endpoint_backend(self.url, self.model)
+
+
+def _judge_endpoint(judge: CodeJudgeConfig) -> JudgeEndpoint | None:
+    return JudgeEndpoint(judge.complexity_model_url, judge.complexity_model) if judge.complexity_model_url else None
+
+
+def _complexity_judge(judge: CodeJudgeConfig):
+    """The judge model's backend when the profile names an endpoint, else None (the empirical judge)."""
+    endpoint = _judge_endpoint(judge)
+    return endpoint() if endpoint else None
 
 
 def _write_version(name: str, rows: list[dict], manifest: dict, under: Path | None = None) -> str:
@@ -95,7 +112,8 @@ def _write_version(name: str, rows: list[dict], manifest: dict, under: Path | No
 
 @cached_task(name="code-sft-data", modules=(*CODE_MODULES, "forge.data.jsonl"))
 def code_sft_task(
-    *, ctx: StageContext, cfg: CodeSFTConfig, generation: GenerationConfig, seed: int, base: Base, pools: Pools
+    *, ctx: StageContext, cfg: CodeSFTConfig, judge: CodeJudgeConfig, generation: GenerationConfig, seed: int,
+    base: Base, pools: Pools,
 ) -> Pools:
     """§2.3.2 SFT data: ``cfg.n_candidates`` answers per problem from the teacher endpoint (else the base model),
     judged in the sandbox; those that pass every test and are time-optimal join the code pool (data/pools/, which the
@@ -111,7 +129,7 @@ def code_sft_task(
     with ctx.start_run("code-sft-data", {STAGE_TAG: "data/code-sft"}) as run:
         with teacher_or_local(generation, base.model_dir) as backend:
             result = sample_sft(backend, problems, cfg.n_candidates, cfg.temperature, cfg.max_new_tokens,
-                                judge_backend=_complexity_judge(cfg), seed=seed)
+                                judge_backend=_complexity_judge(judge), seed=seed)
         rates = result.pass_rates()
         log_histogram("code_sft_candidate_pass_rate", rates, "pass rate of a candidate")
         kept_per_problem = {p.id: 0 for p in problems}
@@ -239,7 +257,8 @@ def rl_problems(cfg: CodeRLConfig, split: str = "rl"):
 
 @cached_task(name="code-rl-filter", modules=CODE_MODULES)
 def code_rl_filter_task(
-    *, ctx: StageContext, cfg: CodeRLConfig, generation: GenerationConfig, seed: int, stage: int, policy: Checkpoint
+    *, ctx: StageContext, cfg: CodeRLConfig, judge: CodeJudgeConfig, generation: GenerationConfig, seed: int,
+    stage: int, policy: Checkpoint,
 ) -> DataFile:
     """n rollouts per problem from ``policy``; keep problems whose k (solved, or solved inside the bound in stage
     2) is in range (§2.3.2). The kept rows are versioned under rl-data/code/rl-stage<N>/."""
@@ -252,7 +271,8 @@ def code_rl_filter_task(
     with ctx.start_run(f"code-rl-filter-stage{stage}", {STAGE_TAG: f"data/code-rl-stage{stage}"}) as run:
         with local_backend(generation, policy.model_dir) as backend:
             rows = filter_rl(backend, problems, stage, cfg.num_rollouts, (cfg.keep_k_min, cfg.keep_k_max),
-                             temperature=cfg.filter_temperature, max_new_tokens=cfg.max_new_tokens, seed=seed)
+                             temperature=cfg.filter_temperature, max_new_tokens=cfg.max_new_tokens, seed=seed,
+                             judge_backend=_complexity_judge(judge))
         log_histogram(f"code_rl_stage{stage}_problem_pass_rate", [r.k / r.n for r in rows], "k / n per problem")
         log_histogram(f"code_rl_stage{stage}_rollout_pass_rate", [x for r in rows for x in r.pass_rates],
                       "pass rate of a rollout")
@@ -312,6 +332,7 @@ def code_grpo_task(
     ctx: StageContext,
     stage: int,
     cfg: CodeRLConfig,
+    judge: CodeJudgeConfig,
     sft: SFTConfig,
     runtime: TrainingRuntimeConfig,
     generation: GenerationConfig,
@@ -321,7 +342,7 @@ def code_grpo_task(
     data: DataMix,
 ) -> Checkpoint:
     """Code RL stage ``stage`` (§2.3.3) on the filter's kept problems: GRPO with R_format + pass rate, plus the gated
-    R_time in stage 2, judged in the sandbox. Registers a ``forge-policy`` version (parent: ``policy``). Stage 2
+    R_time in stage 2, judged in the sandbox (the class by ``judge``'s model when it names one). Registers a ``forge-policy`` version (parent: ``policy``). Stage 2
     also draws Figure 4 from both stages' curves and checks both checkpoints on held-out problems."""
     from transformers import AutoTokenizer
 
@@ -347,7 +368,7 @@ def code_grpo_task(
         logger.warning("code RL stage %d: the on-policy filter kept no problem (%s): the policy goes on unchanged; "
                        "widen code_rl.keep_k_min/keep_k_max or add problems (code_rl.sources)", stage, problems.path)
         return policy.model_copy(update={"metrics": {f"code_rl_stage{stage}_trained": 0.0}})  # not its parent's
-    digest = value_digest(cfg, stage, runtime, generation, policy.model_dir, problems.path, data.data_md5, seed)
+    digest = value_digest(cfg, judge, stage, runtime, generation, policy.model_dir, problems.path, data.data_md5, seed)
     out = ws.models / f"code-rl-stage{stage}-{digest}"
     name = f"code-rl-stage{stage}"
     # Lineage: the SFT data's version, and the rl-data version holding this stage's problems.
@@ -356,7 +377,7 @@ def code_grpo_task(
     with ctx.start_run(name, tags) as run:
         log_config(cfg)
         mlflow.log_params({"prompts": len(prompts), "problems": len({p["problem_id"] for p in prompts})})
-        rewards = CodeRewards(table, cfg.format_weight, cfg.time_weight)
+        rewards = CodeRewards(table, cfg.format_weight, cfg.time_weight, judge_connect=_judge_endpoint(judge))
         result = train_grpo(runtime, out, log_metrics=metrics_logger(), policy_dir=Path(policy.model_dir),
                             prompts=prompts, reward_funcs=rewards.funcs(), settings=settings, seed=seed, stage=name,
                             generation=generation, reward_weights=CodeRewards.weights(stage))
@@ -376,7 +397,7 @@ def code_grpo_task(
                 for label, model_dir in {"before": policy.model_dir, "after": str(out)}.items():
                     with local_backend(generation, model_dir) as backend:
                         verdicts[label] = check_policy(backend, held_out, cfg.check_samples, generation.temperature,
-                                                       cfg.max_new_tokens, seed)
+                                                       cfg.max_new_tokens, seed, _complexity_judge(judge))
                     metrics |= verdicts[label].metrics(f"check_{label}")
                 metrics = compare_checks(verdicts["before"], verdicts["after"]) | metrics  # first: `forge run` shows a stage's first metrics
                 logger.info("code RL stage 2 check (%d held-out problems x %d): optimal share %.2f -> %.2f "

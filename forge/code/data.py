@@ -254,10 +254,13 @@ def check_policy(
     temperature: float,
     max_new_tokens: int,
     seed: int = 0,
+    judge_backend=None,
 ) -> PolicyCheck:
-    """Sample ``n`` answers per problem and judge them, the correct ones timed (empirical judge)."""
+    """Sample ``n`` answers per problem and judge them, the correct ones' class by the judge model when
+    ``judge_backend`` is given, else timed."""
     completions = _sample(backend, problems, n, temperature, max_new_tokens, seed)
-    judged = [c for cands in judge_candidates(problems, completions, measure_time=True).values() for c in cands]
+    judged = [c for cands in judge_candidates(problems, completions, measure_time=True, judge_backend=judge_backend
+                                              ).values() for c in cands]
     bound = {p.id: RANK.get(p.complexity) for p in problems}
     correct = [c for c in judged if c.correct]
     optimal = [c for c in correct if bound[c.problem_id] is not None

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 from forge.chat import completion_text
 from forge.code.complexity import judge_complexity, time_reward
@@ -85,12 +86,24 @@ class CodeRewards:
         time_weight: float = 1.0,
         judge_backend=None,
         workers: int | None = None,
+        judge_connect: Callable[[], Any] | None = None,
         **judge_options,
     ) -> None:
         self.problems = problems
         self.format_weight, self.time_weight = format_weight, time_weight
         self.judge_backend, self.workers, self.judge_options = judge_backend, workers, judge_options
+        # Connects to a complexity judge model where the rewards are computed (a picklable callable: an endpoint's
+        # client does not pickle, so each rank of a launched stage connects its own).
+        self.judge_connect = judge_connect
         self._verdicts: dict[tuple[str, str], RewardParts] = {}
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "judge_backend": None if self.judge_connect else self.judge_backend}
+
+    def _judge(self):
+        if self.judge_backend is None and self.judge_connect is not None:
+            self.judge_backend = self.judge_connect()
+        return self.judge_backend
 
     @staticmethod
     def weights(stage: int) -> list[float]:
@@ -109,9 +122,11 @@ class CodeRewards:
         keys = [(pid, completion_text(c)) for pid, c in zip(problem_id, completions, strict=True)]
         todo = list(dict.fromkeys(k for k in keys if k not in self._verdicts))
 
+        judge = self._judge()
+
         def one(key: tuple[str, str]) -> RewardParts:
             pid, text = key
-            return score_completion(table[pid], text, self.format_weight, self.time_weight, self.judge_backend,
+            return score_completion(table[pid], text, self.format_weight, self.time_weight, judge,
                                     **self.judge_options)
 
         with ThreadPoolExecutor(max_workers=self.workers or default_workers()) as pool:

@@ -100,7 +100,7 @@ def test_code_sft_data_keeps_what_the_model_answers_correctly_and_adds_it_to_the
     import mlflow
 
     from forge.code.problems import load_problems
-    from forge.config import CodeSFTConfig, GenerationConfig
+    from forge.config import CodeJudgeConfig, CodeSFTConfig, GenerationConfig
     from forge.data.jsonl import read_jsonl, write_jsonl
     from forge.data.schemas import ChatSample, Message
     from forge.stages import Base, Pools
@@ -119,7 +119,7 @@ def test_code_sft_data_keeps_what_the_model_answers_correctly_and_adds_it_to_the
     write_jsonl(code, [mine.model_dump(mode="json")])
     pools = Pools(files={"code": str(code)}, digest="d0")
     cfg = CodeSFTConfig(enabled=True, limit=2, n_candidates=2, temperature=0.0, max_new_tokens=96)
-    out = code_sft_task.fn(ctx=StageContext(), cfg=cfg, generation=GenerationConfig(), seed=0,
+    out = code_sft_task.fn(ctx=StageContext(), cfg=cfg, judge=CodeJudgeConfig(), generation=GenerationConfig(), seed=0,
                            base=Base(model_dir=str(model), tokenizer_dir=str(model)), pools=pools)
 
     rows = read_jsonl(out.files["code"], ChatSample, max_bad_ratio=0.0).rows
@@ -147,7 +147,7 @@ def test_code_sft_and_code_rl_refuse_problems_the_evaluation_scores():
 def test_cached_filter_writes_versioned_data_and_histograms(workspace, tmp_path, monkeypatch, tiny_policy):
     import mlflow
 
-    from forge.config import CodeRLConfig, GenerationConfig
+    from forge.config import CodeJudgeConfig, CodeRLConfig, GenerationConfig
     from forge.data.versioning import data_status_clean
     from forge.stages import Checkpoint
     from registry.tracking import StageContext, init_mlflow
@@ -159,8 +159,8 @@ def test_cached_filter_writes_versioned_data_and_histograms(workspace, tmp_path,
     rl_cfg = CodeRLConfig(sources=["drills"], num_rollouts=4, keep_k_max=3, max_new_tokens=8,
                           drills={"rl_per_op": 1})
     policy = Checkpoint(model_dir=str(tiny_policy), model_name="forge-policy", version="1")
-    rl = code_rl_filter_task.fn(ctx=StageContext(), cfg=rl_cfg, generation=GenerationConfig(), seed=0, stage=1,
-                                policy=policy)
+    rl = code_rl_filter_task.fn(ctx=StageContext(), cfg=rl_cfg, judge=CodeJudgeConfig(), generation=GenerationConfig(),
+                                seed=0, stage=1, policy=policy)
     manifest = json.loads(Path(rl.path, "manifest.json").read_text())
     assert rl.counts["rows"] == 0 and manifest["rows"] == 0 and manifest["policy"] == "forge-policy/1"
     assert rl.path.startswith(str(tmp_path / "rl-data" / "code" / "rl-stage1" / "v-"))

@@ -151,3 +151,30 @@ def test_rewards_refuse_without_problem_ids():
         r_format(prompts=["p"], completions=["x"])
     with pytest.raises(KeyError, match="unknown problem ids"):
         r_format(prompts=["p"], completions=["x"], problem_id=["nope"])
+
+
+@needs_sandbox
+def test_a_complexity_judge_model_sets_r_time_on_every_rank(tmp_path, monkeypatch):
+    """With ``code_judge.complexity_model_url`` the class behind R_time is the model's answer (§2.3.1's instruct
+    judge), not a timing; the reward functions pickle, as a launched stage sends them to its ranks, and each copy
+    connects to the endpoint itself. The model here is Forge's OpenAI-compatible server over a backend that
+    answers every question with O(n^2): Kadane, O(n) when timed, then earns no R_time."""
+    import pickle
+
+    from forge.generation.openai_server import make_server, start_in_thread
+    from tasks.code import JudgeEndpoint
+    from tests.code.candidates import CandidatePoolBackend
+
+    monkeypatch.setenv("FORGE_ROOT", str(tmp_path))  # the endpoint's answers are kept under the home
+    server = make_server(CandidatePoolBackend({}, fallback="Two nested loops, so O(n^2)."), model_name="judge")
+    start_in_thread(server)
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        rewards = CodeRewards(problems=PROBLEMS, judge_connect=JudgeEndpoint(url, "judge"))
+        funcs = pickle.loads(pickle.dumps(rewards.funcs()))  # what a rank receives
+        parts = [f(prompts=["p"], completions=[KADANE], problem_id=[MAXSUB.id])[0] for f in funcs]
+        assert parts == [0.2, 1.0, 0.0]  # format, every test passed, but "O(n^2)" is two classes above O(n)
+        assert rewards.judge_backend is None  # the original never connected: only the copy that judged did
+    finally:
+        server.shutdown()
+        server.server_close()

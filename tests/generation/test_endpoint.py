@@ -13,7 +13,7 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from forge.config import BaseModelConfig, CodeSFTConfig, DeepSearchConfig, GenerationConfig
+from forge.config import BaseModelConfig, CodeJudgeConfig, DeepSearchConfig, GenerationConfig
 from forge.generation import get_backend
 from forge.generation.openai_backend import EndpointError
 from forge.generation.openai_server import make_server, start_in_thread
@@ -128,7 +128,7 @@ def test_rerun_after_endpoint_failure_asks_only_what_was_not_answered(upstream, 
 @pytest.mark.parametrize(("cls", "fields", "missing"), [
     (GenerationConfig, {"openai_base_url": "http://gpu:8000/v1"}, "openai_model"),
     (DeepSearchConfig, {"teacher_base_url": "http://gpu:8000/v1"}, "teacher_model"),
-    (CodeSFTConfig, {"complexity_judge_url": "http://gpu:8000/v1"}, "complexity_judge_model"),
+    (CodeJudgeConfig, {"complexity_model_url": "http://gpu:8000/v1"}, "complexity_model"),
 ])
 def test_endpoint_without_its_model_name_is_refused_at_load(cls, fields, missing):
     with pytest.raises(ValidationError, match=rf"{missing} is required with an endpoint URL \(http://gpu:8000/v1\)"):
