@@ -12,6 +12,7 @@ recipe; a run may override single fields on top of its profile (the recipe flow'
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -717,7 +718,7 @@ class RecipeConfig(Strict):
         longest = self.sft.curriculum[-1].max_length
         if self.base.source == "build" and longest > self.base.max_position_embeddings:
             raise ValueError(
-                f"sft.curriculum ends at {longest} tokens but base.max_position_embeddings is "
+                f"sft.curriculum: ends at {longest} tokens but base.max_position_embeddings is "
                 f"{self.base.max_position_embeddings}: raise max_position_embeddings or shorten the curriculum"
             )
         return self
@@ -849,13 +850,25 @@ def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
         return RecipeConfig.model_validate(_merged(raw, extra))
     except ValidationError as err:
         lines = []
-        for e in err.errors():
+        for e in map(_located, err.errors()):
             where = ".".join(str(p) for p in e["loc"]) or "<root>"
             overridden = _in_overrides(e["loc"], extra)
             origin = " (from overrides)" if overridden else ""
             line = "" if overridden else f":{_line_of(node, e['loc'])}"
             lines.append(f"{path}{line}: {where}{origin}: {_explain(e)}")
         raise ConfigError("\n".join(lines)) from None
+
+
+_FIELD_FIRST = re.compile(r"^Value error, ([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)+): (.+)$", re.DOTALL)
+
+
+def _located(error: dict) -> dict:
+    """A whole-profile check (a validator of :class:`RecipeConfig`) raises "field.path: reason": the error is put at
+    that field, so it names the file's line as a field's own error does, instead of ``<root>``."""
+    match = _FIELD_FIRST.match(error["msg"]) if not error["loc"] else None
+    if not match:
+        return error
+    return {**error, "loc": tuple(match.group(1).split(".")), "msg": match.group(2), "type": "value_error"}
 
 
 def _line_of(node: yaml.Node | None, loc: tuple) -> int:

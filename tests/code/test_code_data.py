@@ -135,11 +135,16 @@ def test_code_sft_data_keeps_what_the_model_answers_correctly_and_adds_it_to_the
 
 
 def test_code_sft_and_code_rl_refuse_problems_the_evaluation_scores():
-    from forge.config import ConfigError, load_profile
+    from forge.config import ConfigError, load_profile, profile_path
 
-    with pytest.raises(ConfigError, match=r"code_rl\.sources: forge would train on problems the code evaluation"):
+    with pytest.raises(ConfigError) as err:
         load_profile("nanbeige-4.1-3b", {"eval.code.sources": ["mbpp", "forge"]})
-    with pytest.raises(ConfigError, match=r"code_sft\.sources: humaneval would train on problems"):
+    # Put at the field it names, with the file's line of code_rl (it sets no sources: the section's line), not <root>
+    line = next(i for i, t in enumerate(profile_path("nanbeige-4.1-3b").read_text().splitlines(), 1)
+                if t.startswith("code_rl:"))
+    assert str(err.value).startswith(f"{profile_path('nanbeige-4.1-3b')}:{line}: code_rl.sources: forge would train on "
+                                     "problems the code evaluation scores")
+    with pytest.raises(ConfigError, match=r"tiny\.yaml: code_sft\.sources \(from overrides\): humaneval would train"):
         load_profile("tiny", {"code_sft.enabled": True, "code_sft.sources": ["mbpp-train", "humaneval"]})
     assert load_profile("tiny", {"code_sft.enabled": True}).code_sft.sources == ["mbpp-train"]
 
