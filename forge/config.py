@@ -474,8 +474,18 @@ def native_bf16() -> bool:
 
     if torch.cuda.is_available():
         return torch.cuda.is_bf16_supported()
-    probes = (getattr(torch.cpu, name, None) for name in ("_is_amx_tile_supported", "_is_avx512_bf16_supported"))
-    return any(probe is not None and probe() for probe in probes)
+    return cpu_bf16_unit() is not None
+
+
+def cpu_bf16_unit() -> str | None:
+    """The CPU's bf16 matrix instructions oneDNN uses, ``"AMX"`` or ``"AVX512-BF16"``; None where it has neither."""
+    import torch
+
+    for name, label in (("_is_amx_tile_supported", "AMX"), ("_is_avx512_bf16_supported", "AVX512-BF16")):
+        probe = getattr(torch.cpu, name, None)
+        if probe is not None and probe():
+            return label
+    return None
 
 
 class TrainingRuntimeConfig(Strict):

@@ -120,10 +120,7 @@ def code_sft_task(
     mix's DVC version holds), each with its problem in ``source`` (``code-sft:<problem id>``)."""
     from forge.code.data import sample_sft
     from forge.code.problems import load_problems
-    from forge.data.jsonl import read_jsonl, write_jsonl
-    from forge.data.schemas import ChatSample
     from forge.generation import teacher_or_local
-    from forge.hashing import files_digest
 
     problems = load_problems(cfg.sources, limit=cfg.limit)
     with ctx.start_run("code-sft-data", {STAGE_TAG: "data/code-sft"}) as run:
@@ -143,16 +140,11 @@ def code_sft_task(
             "code_sft_problems_covered": float(sum(1 for v in kept_per_problem.values() if v)),
         }
         mlflow.log_metrics(metrics)
-        rows = [s.model_dump(mode="json") for s in result.samples]
         log_table([{"problem_id": k, "kept": v} for k, v in kept_per_problem.items()], "code_sft_kept.json")
     logger.info("code SFT data: %d of %d candidates pass every test, %d kept (time-optimal, deduplicated) for %d of "
-                "%d problems", metrics["code_sft_candidates_passing"], len(rates), len(rows),
+                "%d problems", metrics["code_sft_candidates_passing"], len(rates), len(result.samples),
                 metrics["code_sft_problems_covered"], len(problems))
-    code = read_jsonl(pools.files["code"], ChatSample).rows
-    out = Workspace.from_env().pools / "code+judged.jsonl"
-    write_jsonl(out, [r.model_dump(mode="json") for r in code] + rows)
-    files = {**pools.files, "code": str(out)}
-    return Pools(files=files, digest=files_digest(files), review=pools.review, metrics=metrics, run_id=run.info.run_id)
+    return _with_code_rows(pools, result.samples, "code+judged", metrics, run_id=run.info.run_id)
 
 
 @cached_task(name="code-drills", modules=("forge.code.problems.drills", "forge.data.jsonl"))
@@ -161,17 +153,25 @@ def code_drills_task(*, cfg: DrillsConfig, seed: int, pools: Pools) -> Pools:
     counts are the result's metrics (``forge status``; the mix's manifest counts the rows by source): no MLflow
     run of its own, which cost this 1.5 s step 3% of its wall (bench/recipe_profile.py)."""
     from forge.code.problems.drills import drill_sft_rows
+
+    rows, kinds = drill_sft_rows(cfg.sft_per_op, (cfg.teacher_fast, cfg.teacher_slow, cfg.teacher_broken), seed)
+    metrics = {"drill_rows": float(len(rows)), **{f"drill_rows_{k}": float(v) for k, v in sorted(kinds.items())}}
+    return _with_code_rows(pools, rows, "code+drills", metrics)
+
+
+def _with_code_rows(pools: Pools, rows: list[ChatSample], name: str, metrics: dict[str, float],
+                    run_id: str | None = None) -> Pools:
+    """``pools`` with ``rows`` after the code pool's own, written to ``<pools>/<name>.jsonl`` (the input pool file is
+    left as it was: a cached earlier stage still points at it)."""
     from forge.data.jsonl import read_jsonl, write_jsonl
     from forge.data.schemas import ChatSample
     from forge.hashing import files_digest
 
-    rows, kinds = drill_sft_rows(cfg.sft_per_op, (cfg.teacher_fast, cfg.teacher_slow, cfg.teacher_broken), seed)
     code = read_jsonl(pools.files["code"], ChatSample).rows
-    out = Workspace.from_env().pools / "code+drills.jsonl"
+    out = Workspace.from_env().pools / f"{name}.jsonl"
     write_jsonl(out, [r.model_dump(mode="json") for r in code + rows])
-    metrics = {"drill_rows": float(len(rows)), **{f"drill_rows_{k}": float(v) for k, v in sorted(kinds.items())}}
     files = {**pools.files, "code": str(out)}
-    return Pools(files=files, digest=files_digest(files), review=pools.review, metrics=metrics)
+    return Pools(files=files, digest=files_digest(files), review=pools.review, metrics=metrics, run_id=run_id)
 
 
 WARMUP_HELDOUT = 20  # every 20th drill row is the warm-up's held-out set
@@ -393,11 +393,11 @@ def code_grpo_task(
             _figure4(curves, "plots/figure4_code_rl.png")
             held_out = rl_problems(cfg, "eval")
             if held_out:
-                verdicts = {}
+                verdicts, complexity_judge = {}, _complexity_judge(judge)
                 for label, model_dir in {"before": policy.model_dir, "after": str(out)}.items():
                     with local_backend(generation, model_dir) as backend:
                         verdicts[label] = check_policy(backend, held_out, cfg.check_samples, generation.temperature,
-                                                       cfg.max_new_tokens, seed, _complexity_judge(judge))
+                                                       cfg.max_new_tokens, seed, complexity_judge)
                     metrics |= verdicts[label].metrics(f"check_{label}")
                 metrics = compare_checks(verdicts["before"], verdicts["after"]) | metrics  # first: `forge run` shows a stage's first metrics
                 logger.info("code RL stage 2 check (%d held-out problems x %d): optimal share %.2f -> %.2f "

@@ -84,21 +84,21 @@ class CodeRewards:
         problems: dict[str, Problem] | None = None,
         format_weight: float = 0.2,
         time_weight: float = 1.0,
-        judge_backend=None,
         workers: int | None = None,
         judge_connect: Callable[[], Any] | None = None,
         **judge_options,
     ) -> None:
         self.problems = problems
         self.format_weight, self.time_weight = format_weight, time_weight
-        self.judge_backend, self.workers, self.judge_options = judge_backend, workers, judge_options
+        self.workers, self.judge_options = workers, judge_options
         # Connects to a complexity judge model where the rewards are computed (a picklable callable: an endpoint's
-        # client does not pickle, so each rank of a launched stage connects its own).
+        # client does not pickle, so each rank of a launched stage connects its own); None: timed runs judge.
         self.judge_connect = judge_connect
+        self.judge_backend = None  # the connection, made on first use
         self._verdicts: dict[tuple[str, str], RewardParts] = {}
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "judge_backend": None if self.judge_connect else self.judge_backend}
+        return {**self.__dict__, "judge_backend": None}
 
     def _judge(self):
         if self.judge_backend is None and self.judge_connect is not None:

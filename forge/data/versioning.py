@@ -278,18 +278,11 @@ def cpu_kind() -> str:
 
     import torch
 
-    return " ".join([platform.machine(), torch.backends.cpu.get_cpu_capability(), *_cpu_generation(), *_bf16_unit()])
+    from forge.config import cpu_bf16_unit
 
-
-def _bf16_unit() -> list[str]:
-    """``["AMX"]`` or ``["AVX512-BF16"]``: the bf16 matrix instructions oneDNN uses on this CPU, else nothing."""
-    import torch
-
-    for name, label in (("_is_amx_tile_supported", "AMX"), ("_is_avx512_bf16_supported", "AVX512-BF16")):
-        probe = getattr(torch.cpu, name, None)
-        if probe is not None and probe():
-            return [label]
-    return []
+    kind = [platform.machine(), torch.backends.cpu.get_cpu_capability(), *_cpu_generation()]
+    unit = cpu_bf16_unit()
+    return " ".join([*kind, unit] if unit else kind)
 
 
 def _cpu_generation() -> list[str]:
