@@ -306,12 +306,10 @@ class DrillsConfig(Strict):
     teacher_broken: float = Field(0.25, ge=0, description="Share that are a plausible mistake.")
 
 
-class CodeRLConfig(Strict):
-    """§2.3.2–2.3.3: two stages of code RL from the general-RL checkpoint. Each stage filters its problems on-policy
-    (n = 8 rollouts, keep k in [1, 5]; stage 1 counts solves, stage 2 solves inside the optimal class), then runs
-    GRPO with R = R_format + pass rate (stage 1) and + R_time only at pass rate 1 (stage 2, Figure 3)."""
+class CodeRLShared(Strict):
+    """What both code RL stages read: where problems come from, the on-policy filter (§2.3.2: n = 8 rollouts, keep
+    k in [1, 5]), the reward weights and the stage-2 check."""
 
-    enabled: bool = Field(True, description="Run the two code RL stages after pair-wise RL.")
     sources: list[Literal["forge", "humaneval", "mbpp", "mbpp-train", "drills"]] = Field(
         default_factory=lambda: ["forge"], description="Where RL problems come from (drills: the tiny family; none "
         "the eval suites score).")
@@ -323,11 +321,25 @@ class CodeRLConfig(Strict):
     max_new_tokens: int = Field(1024, ge=8, description="Answer budget of the filter's and the check's samples.")
     format_weight: float = Field(0.2, ge=0, description="R_format: a fenced block that parses.")
     time_weight: float = Field(1.0, ge=0, description="Scale of R_time (stage 2, only at pass rate 1).")
-    stage1: GRPOSettings = GRPOSettings()
-    stage2: GRPOSettings = GRPOSettings()
     check_samples: int = Field(4, ge=1, description="Samples per held-out problem when stage 2 is compared with "
                                "stage 1 (pass rate, share of passing answers in the optimal class).")
     drills: DrillsConfig = DrillsConfig()
+
+    @model_validator(mode="after")
+    def _k_range(self) -> CodeRLShared:
+        if not self.keep_k_min <= self.keep_k_max <= self.num_rollouts:
+            raise ValueError("need keep_k_min <= keep_k_max <= num_rollouts")
+        return self
+
+
+class CodeRLConfig(CodeRLShared):
+    """§2.3.2–2.3.3: two stages of code RL from the general-RL checkpoint. Each stage filters its problems on-policy
+    (n = 8 rollouts, keep k in [1, 5]; stage 1 counts solves, stage 2 solves inside the optimal class), then runs
+    GRPO with R = R_format + pass rate (stage 1) and + R_time only at pass rate 1 (stage 2, Figure 3)."""
+
+    enabled: bool = Field(True, description="Run the two code RL stages after pair-wise RL.")
+    stage1: GRPOSettings = GRPOSettings()
+    stage2: GRPOSettings = GRPOSettings()
     warmup: SFTStageConfig | None = Field(
         None, description="Tiny-scale only (docs/architecture.md): SFT on the drills' rows before stage 1's filter, "
         "so a policy that saw each drill once in the mix writes programs. None in the paper (its SFT carries code).")
@@ -336,12 +348,19 @@ class CodeRLConfig(Strict):
         "are drill rows): replay, so the warm-up does not overwrite what SFT taught (docs/architecture.md).")
 
     @model_validator(mode="after")
-    def _k_range(self) -> CodeRLConfig:
-        if not self.keep_k_min <= self.keep_k_max <= self.num_rollouts:
-            raise ValueError("need keep_k_min <= keep_k_max <= num_rollouts")
+    def _warmup_rows(self) -> CodeRLConfig:
         if self.warmup and not self.drills.sft_per_op:
             raise ValueError("code_rl.warmup trains on the drills' SFT rows: set code_rl.drills.sft_per_op > 0")
         return self
+
+
+class CodeRLStage(CodeRLShared):
+    """One code RL stage's share of ``code_rl`` (tasks/code.py::stage_config): the shared settings and this stage's
+    GRPO settings. Its filter and its training take this, not the whole section, so a change to the other stage or
+    to the warm-up leaves this stage's cache key alone (the warm-up and stage 1 reach it through its policy)."""
+
+    stage: Literal[1, 2]
+    settings: GRPOSettings
 
 
 class DeepSearchConfig(Strict):

@@ -23,6 +23,8 @@ import mlflow
 from forge.config import (
     CodeJudgeConfig,
     CodeRLConfig,
+    CodeRLShared,
+    CodeRLStage,
     CodeSFTConfig,
     DrillsConfig,
     GenerationConfig,
@@ -237,7 +239,13 @@ def replay_rows(mix_train: list[ChatSample], drill_rows: int, share: float, seed
     return random.Random(f"{seed}:code-warmup-replay").sample(mix_train, min(wanted, len(mix_train)))
 
 
-def rl_problems(cfg: CodeRLConfig, split: str = "rl"):
+def stage_config(cfg: CodeRLConfig, stage: int) -> CodeRLStage:
+    """What code RL stage ``stage``'s filter and training read of ``cfg``: the shared settings and that stage's."""
+    shared = cfg.model_dump(include=set(CodeRLShared.model_fields))
+    return CodeRLStage(**shared, stage=stage, settings=cfg.stage1 if stage == 1 else cfg.stage2)
+
+
+def rl_problems(cfg: CodeRLShared, split: str = "rl"):
     """The problems code RL draws from (``split`` "eval": the drills held out for the stage-1/stage-2 check)."""
     from forge.code.problems import load_problems
     from forge.code.problems.drills import drill_problems
@@ -257,8 +265,8 @@ def rl_problems(cfg: CodeRLConfig, split: str = "rl"):
 
 @cached_task(name="code-rl-filter", modules=CODE_MODULES)
 def code_rl_filter_task(
-    *, ctx: StageContext, cfg: CodeRLConfig, judge: CodeJudgeConfig, generation: GenerationConfig, seed: int,
-    stage: int, policy: Checkpoint,
+    *, ctx: StageContext, cfg: CodeRLStage, judge: CodeJudgeConfig, generation: GenerationConfig, seed: int,
+    policy: Checkpoint,
 ) -> DataFile:
     """n rollouts per problem from ``policy``; keep problems whose k (solved, or solved inside the bound in stage
     2) is in range (§2.3.2). The kept rows are versioned under rl-data/code/rl-stage<N>/."""
@@ -266,7 +274,7 @@ def code_rl_filter_task(
     from forge.data.versioning import ensure_dvc, version_data
     from forge.generation import local_backend
 
-    problems = rl_problems(cfg)
+    problems, stage = rl_problems(cfg), cfg.stage
     ws = Workspace.from_env()
     with ctx.start_run(f"code-rl-filter-stage{stage}", {STAGE_TAG: f"data/code-rl-stage{stage}"}) as run:
         with local_backend(generation, policy.model_dir) as backend:
@@ -330,8 +338,7 @@ def _short(key: str) -> str:
 def code_grpo_task(
     *,
     ctx: StageContext,
-    stage: int,
-    cfg: CodeRLConfig,
+    cfg: CodeRLStage,
     judge: CodeJudgeConfig,
     sft: SFTConfig,
     runtime: TrainingRuntimeConfig,
@@ -341,7 +348,7 @@ def code_grpo_task(
     problems: DataFile,
     data: DataMix,
 ) -> Checkpoint:
-    """Code RL stage ``stage`` (§2.3.3) on the filter's kept problems: GRPO with R_format + pass rate, plus the gated
+    """Code RL stage ``cfg.stage`` (§2.3.3) on the filter's kept problems: GRPO with R_format + pass rate, plus the gated
     R_time in stage 2, judged in the sandbox (the class by ``judge``'s model when it names one). Registers a ``forge-policy`` version (parent: ``policy``). Stage 2
     also draws Figure 4 from both stages' curves and checks both checkpoints on held-out problems."""
     from transformers import AutoTokenizer
@@ -356,7 +363,7 @@ def code_grpo_task(
     from registry.models import register_checkpoint
 
     ws = Workspace.from_env()
-    settings = cfg.stage1 if stage == 1 else cfg.stage2
+    stage, settings = cfg.stage, cfg.settings
     tokenizer = AutoTokenizer.from_pretrained(policy.model_dir)
     table = {p.id: p for p in rl_problems(cfg)}
     kept = most_informative(read_jsonl(Path(problems.path) / "rows.jsonl", RLRow).rows, settings.max_prompts)
@@ -368,7 +375,7 @@ def code_grpo_task(
         logger.warning("code RL stage %d: the on-policy filter kept no problem (%s): the policy goes on unchanged; "
                        "widen code_rl.keep_k_min/keep_k_max or add problems (code_rl.sources)", stage, problems.path)
         return policy.model_copy(update={"metrics": {f"code_rl_stage{stage}_trained": 0.0}})  # not its parent's
-    digest = value_digest(cfg, judge, stage, runtime, generation, policy.model_dir, problems.path, data.data_md5, seed)
+    digest = value_digest(cfg, judge, runtime, generation, policy.model_dir, problems.path, data.data_md5, seed)
     out = ws.models / f"code-rl-stage{stage}-{digest}"
     name = f"code-rl-stage{stage}"
     # Lineage: the SFT data's version, and the rl-data version holding this stage's problems.
