@@ -17,7 +17,7 @@ from forge.config import RecipeConfig
 from forge.stages import Base, Checkpoint, DataMix, RewardModel
 from registry.tracking import DATA_MD5_TAG
 from tasks.agentic import agentic_rl_task
-from tasks.code import code_grpo_task, code_rl_filter_task, code_warmup_task, stage_config
+from tasks.code import code_grpo_task, code_rl_filter_task, code_warmup_task, shared_config, stage_config
 from tasks.rl import grpo_task, rm_pairwise_task, rm_pointwise_task
 
 
@@ -44,12 +44,13 @@ def rl_flow(config: RecipeConfig, run: RecipeRun, *, base: Base, sft: Checkpoint
                                   drills=config.code_rl.drills, replay=config.code_rl.warmup_replay,
                                   sft=config.sft, runtime=config.runtime, seed=config.seed, policy=policy, data=data)
             for stage in (1, 2):
-                # Each stage reads only its share of code_rl: a change to stage 2 or the warm-up leaves stage 1 cached
-                settings = stage_config(config.code_rl, stage)
-                kept = rl.stage(f"code-rl-filter-{stage}", code_rl_filter_task, cfg=settings,
-                                judge=config.code_judge, generation=config.generation, seed=config.seed, policy=policy)
-                policy = rl.stage(f"code-rl-stage{stage}", code_grpo_task, cfg=settings, judge=config.code_judge,
-                                  sft=config.sft, **env, policy=policy, problems=kept, data=data)
+                # Each task reads only its share of code_rl: a change to stage 2's GRPO settings re-runs stage 2 alone
+                kept = rl.stage(f"code-rl-filter-{stage}", code_rl_filter_task, cfg=shared_config(config.code_rl),
+                                judge=config.code_judge, generation=config.generation, seed=config.seed, stage=stage,
+                                policy=policy)
+                policy = rl.stage(f"code-rl-stage{stage}", code_grpo_task, cfg=stage_config(config.code_rl, stage),
+                                  judge=config.code_judge, sft=config.sft, **env, policy=policy, problems=kept,
+                                  data=data)
         # Agentic RL (§2.2, §2.4: "a lightweight agentic RL stage" last): multi-turn tool episodes, trajectory +
         # turn rewards
         policy = rl.stage("agentic-rl", agentic_rl_task, cfg=config.agentic_rl, sft=config.sft,

@@ -239,10 +239,14 @@ def replay_rows(mix_train: list[ChatSample], drill_rows: int, share: float, seed
     return random.Random(f"{seed}:code-warmup-replay").sample(mix_train, min(wanted, len(mix_train)))
 
 
+def shared_config(cfg: CodeRLConfig) -> CodeRLShared:
+    """What both code RL stages read of ``cfg`` (the filters take this: no GRPO setting changes what they keep)."""
+    return CodeRLShared(**cfg.model_dump(include=set(CodeRLShared.model_fields)))
+
+
 def stage_config(cfg: CodeRLConfig, stage: int) -> CodeRLStage:
-    """What code RL stage ``stage``'s filter and training read of ``cfg``: the shared settings and that stage's."""
-    shared = cfg.model_dump(include=set(CodeRLShared.model_fields))
-    return CodeRLStage(**shared, stage=stage, settings=cfg.stage1 if stage == 1 else cfg.stage2)
+    """What code RL stage ``stage``'s training reads of ``cfg``: the shared settings and that stage's."""
+    return CodeRLStage(**shared_config(cfg).model_dump(), stage=stage, settings=cfg.stage1 if stage == 1 else cfg.stage2)
 
 
 def rl_problems(cfg: CodeRLShared, split: str = "rl"):
@@ -265,8 +269,8 @@ def rl_problems(cfg: CodeRLShared, split: str = "rl"):
 
 @cached_task(name="code-rl-filter", modules=CODE_MODULES)
 def code_rl_filter_task(
-    *, ctx: StageContext, cfg: CodeRLStage, judge: CodeJudgeConfig, generation: GenerationConfig, seed: int,
-    policy: Checkpoint,
+    *, ctx: StageContext, cfg: CodeRLShared, judge: CodeJudgeConfig, generation: GenerationConfig, seed: int,
+    stage: int, policy: Checkpoint,
 ) -> DataFile:
     """n rollouts per problem from ``policy``; keep problems whose k (solved, or solved inside the bound in stage
     2) is in range (§2.3.2). The kept rows are versioned under rl-data/code/rl-stage<N>/."""
@@ -274,7 +278,7 @@ def code_rl_filter_task(
     from forge.data.versioning import ensure_dvc, version_data
     from forge.generation import local_backend
 
-    problems, stage = rl_problems(cfg), cfg.stage
+    problems = rl_problems(cfg)
     ws = Workspace.from_env()
     with ctx.start_run(f"code-rl-filter-stage{stage}", {STAGE_TAG: f"data/code-rl-stage{stage}"}) as run:
         with local_backend(generation, policy.model_dir) as backend:

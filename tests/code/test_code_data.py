@@ -156,7 +156,7 @@ def test_cached_filter_writes_versioned_data_and_histograms(workspace, tmp_path,
     from forge.data.versioning import data_status_clean
     from forge.stages import Checkpoint
     from registry.tracking import StageContext, init_mlflow
-    from tasks.code import code_rl_filter_task, stage_config
+    from tasks.code import code_rl_filter_task, shared_config
 
     monkeypatch.setenv("FORGE_ROOT", str(tmp_path))
     init_mlflow(workspace)
@@ -164,8 +164,8 @@ def test_cached_filter_writes_versioned_data_and_histograms(workspace, tmp_path,
     rl_cfg = CodeRLConfig(sources=["drills"], num_rollouts=4, keep_k_max=3, max_new_tokens=8,
                           drills={"rl_per_op": 1})
     policy = Checkpoint(model_dir=str(tiny_policy), model_name="forge-policy", version="1")
-    rl = code_rl_filter_task.fn(ctx=StageContext(), cfg=stage_config(rl_cfg, 1), judge=CodeJudgeConfig(),
-                                generation=GenerationConfig(), seed=0, policy=policy)
+    rl = code_rl_filter_task.fn(ctx=StageContext(), cfg=shared_config(rl_cfg), judge=CodeJudgeConfig(),
+                                generation=GenerationConfig(), seed=0, stage=1, policy=policy)
     manifest = json.loads(Path(rl.path, "manifest.json").read_text())
     assert rl.counts["rows"] == 0 and manifest["rows"] == 0 and manifest["policy"] == "forge-policy/1"
     assert rl.path.startswith(str(tmp_path / "rl-data" / "code" / "rl-stage1" / "v-"))
@@ -176,10 +176,11 @@ def test_cached_filter_writes_versioned_data_and_histograms(workspace, tmp_path,
 
 
 def test_a_code_rl_stage_is_keyed_on_its_own_settings_only():
-    """Changing stage 2's learning rate (or the warm-up) re-ran stage 1's filter and training, a minute of `forge
-    run` for nothing: each stage's tasks take only their share of code_rl, which is what their cache key hashes."""
+    """Changing stage 2's learning rate (or the warm-up) re-ran both filters and stage 1's training, a minute and a
+    half of `forge run` for nothing: each task takes only its share of code_rl, which is what its cache key hashes
+    (the filters: the shared settings; a stage: those and its own GRPO settings)."""
     from forge.config import CodeRLConfig, CodeRLStage
-    from tasks.code import stage_config
+    from tasks.code import shared_config, stage_config
 
     base = CodeRLConfig(sources=["drills"], stage1={"learning_rate": 5e-5}, stage2={"learning_rate": 5e-5})
     other_stage2 = base.model_copy(update={"stage2": base.stage2.model_copy(update={"learning_rate": 1.5e-4}),
@@ -187,9 +188,10 @@ def test_a_code_rl_stage_is_keyed_on_its_own_settings_only():
     assert stage_config(other_stage2, 1) == stage_config(base, 1)
     assert stage_config(other_stage2, 2) != stage_config(base, 2)
     assert stage_config(other_stage2, 2).settings.learning_rate == 1.5e-4
+    assert shared_config(other_stage2) == shared_config(base)  # neither filter re-runs
     shared = base.model_copy(update={"num_rollouts": 4, "keep_k_max": 3})
     assert stage_config(shared, 1) != stage_config(base, 1)  # what both stages read keys both
-    assert stage_config(shared, 1).keep_k_max == 3
+    assert stage_config(shared, 1).keep_k_max == 3 and shared_config(shared) != shared_config(base)
     with pytest.raises(ValueError, match="keep_k_min <= keep_k_max <= num_rollouts"):
         CodeRLStage(stage=1, settings=base.stage1, keep_k_max=9)
 
