@@ -43,7 +43,20 @@ def _answers(backend: Any, prompts: list[dict], generation: GenerationConfig, ma
                             temperature=generation.temperature, top_p=generation.top_p, seed=seed)
 
 
-@cached_task(name="rm-pointwise", modules=("forge.training.reward_model", *RL_MODULES))
+# Read by GRPO only, never by the stage's reward model: outside the reward model's cache key.
+GRPO_ONLY = ("overlong_penalty", "win_reward", "loss_reward")
+
+
+def reward_model_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
+    """What a reward model stage's cache key hashes: its inputs, with its RL section narrowed to what the reward model
+    reads: of the GRPO settings only the prompt budget (it draws the prompts GRPO will train on). So tuning a GRPO
+    stage re-runs that stage, not its reward model."""
+    cfg = inputs["cfg"]
+    narrowed = cfg.model_dump(mode="json", exclude={"grpo", *GRPO_ONLY})
+    return {**inputs, "cfg": {**narrowed, "grpo.max_prompt_length": cfg.grpo.max_prompt_length}}
+
+
+@cached_task(name="rm-pointwise", modules=("forge.training.reward_model", *RL_MODULES), key_view=reward_model_inputs)
 def rm_pointwise_task(
     *,
     ctx: StageContext,
@@ -175,7 +188,7 @@ def grpo_task(
                       metrics=metrics)
 
 
-@cached_task(name="rm-pairwise", modules=("forge.training.pairwise_rm", *RL_MODULES))
+@cached_task(name="rm-pairwise", modules=("forge.training.pairwise_rm", *RL_MODULES), key_view=reward_model_inputs)
 def rm_pairwise_task(
     *,
     ctx: StageContext,

@@ -14,9 +14,11 @@ import pytest
 from prefect import flow
 
 from flows._stages import RecipeRun, RunSummary
+from forge.config import PointwiseRLConfig
 from forge.stages import DataFile, DataMix
 from registry.tracking import StageContext
 from tasks._cache import cached_task
+from tasks.rl import reward_model_inputs
 
 CALLS: list[str] = []
 
@@ -70,6 +72,38 @@ def test_a_stage_is_cached_on_its_inputs_recorded_and_recomputed_when_its_files_
     # Another input value is another cache key.
     probe(run, data.model_copy(update={"data_md5": "def.dir"}), name)
     assert CALLS == [name, name, name]
+
+
+@cached_task(name="rm-probe", modules=("forge.stages",), key_view=reward_model_inputs)
+def rm_probe_task(*, ctx: StageContext, cfg: PointwiseRLConfig, data: DataMix) -> DataFile:
+    """Keyed as the reward model stages are (tasks/rl.py::reward_model_inputs); counts its calls."""
+    CALLS.append(f"rm:{cfg.rm.learning_rate}:{cfg.grpo.max_prompt_length}:{cfg.grpo.learning_rate}")
+    return DataFile(path=data.mix_dir)
+
+
+@flow(name="rm-probe")
+def rm_probe(run: RecipeRun, cfg: PointwiseRLConfig, data: DataMix) -> DataFile:
+    return run.stage("rm-probe", rm_probe_task, cfg=cfg, data=data)
+
+
+def test_tuning_a_grpo_stage_leaves_its_reward_model_cached(harness, tmp_path):
+    """Changing point-wise GRPO's learning rate re-trained the point-wise reward model (51 s of `forge run` on the
+    AMD 26/2), which reads only the GRPO prompt budget of that section."""
+    run = RecipeRun(StageContext(tags={"forge.profile": "ci"}), RunSummary(tmp_path / "runs", "flow-1", "ci", None))
+    data = DataMix(mix_dir=str(tmp_path), data_md5=f"{tmp_path.name}.dir")
+    cfg = PointwiseRLConfig(grpo={"learning_rate": 1e-5, "max_prompt_length": 128}, rm={"learning_rate": 1e-4})
+    start = len(CALLS)
+
+    def grpo(**update):
+        return cfg.model_copy(update={"grpo": cfg.grpo.model_copy(update=update)})
+
+    rm_probe(run, cfg, data)
+    rm_probe(run, grpo(learning_rate=3e-5), data)  # GRPO's own settings: a cache hit
+    rm_probe(run, cfg.model_copy(update={"overlong_penalty": 2.0}), data)  # the GRPO reward's, too
+    assert CALLS[start:] == ["rm:0.0001:128:1e-05"]
+    rm_probe(run, grpo(max_prompt_length=256), data)  # the prompts the RM draws: computed again
+    rm_probe(run, cfg.model_copy(update={"rm": cfg.rm.model_copy(update={"learning_rate": 2e-4})}), data)
+    assert CALLS[start:] == ["rm:0.0001:128:1e-05", "rm:0.0001:256:1e-05", "rm:0.0002:128:1e-05"]
 
 
 @cached_task(name="fill-disk", modules=("forge.stages",))
