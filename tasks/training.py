@@ -9,6 +9,7 @@ checkpoints let it continue where it stopped.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import mlflow
 
@@ -76,8 +77,16 @@ def pretrain_task(
                 run_id=run.info.run_id, metrics=metrics)
 
 
+def sft_stage_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
+    """What an SFT stage's cache key hashes: its inputs, with the curriculum cut after this stage (a stage reads the
+    ones before it for its step offset, never the ones after), so lengthening the last stage re-runs that stage only."""
+    sft, index = inputs["sft"], inputs["index"]
+    return {**inputs, "sft": sft.model_dump(mode="json", exclude={"curriculum"})
+            | {"curriculum": [s.model_dump(mode="json") for s in sft.curriculum[: index + 1]]}}
+
+
 @cached_task(name="sft-stage", modules=("forge.training.sft", "forge.training.tokenizer", "forge.data.mix",
-                                        "registry.models"))
+                                        "registry.models"), key_view=sft_stage_inputs)
 def sft_stage_task(
     *,
     ctx: StageContext,

@@ -106,6 +106,34 @@ def test_tuning_a_grpo_stage_leaves_its_reward_model_cached(harness, tmp_path):
     assert CALLS[start:] == ["rm:0.0001:128:1e-05", "rm:0.0001:256:1e-05", "rm:0.0002:128:1e-05"]
 
 
+def test_lengthening_a_later_sft_stage_leaves_the_earlier_ones_cached():
+    """Each SFT stage took the whole curriculum as an input, so changing the 1,024-token stage re-ran the 256- and
+    512-token ones (56 s of `forge run` on the AMD 26/2): the key (the task's own policy) now stops at the stage."""
+    from forge.config import load_profile
+    from tasks._cache import ViewedInputs
+    from tasks.training import sft_stage_task
+
+    sft = load_profile("tiny").sft
+    viewed = next(p for p in sft_stage_task.cache_policy.policies if isinstance(p, ViewedInputs))
+
+    def keys(cfg):
+        return [viewed.compute_key(None, {"ctx": StageContext(), "stage": stage, "index": i, "sft": cfg}, {})
+                for i, stage in enumerate(cfg.curriculum)]
+
+    def with_stage(i, **update):
+        curriculum = list(sft.curriculum)
+        curriculum[i] = curriculum[i].model_copy(update=update)
+        return sft.model_copy(update={"curriculum": curriculum})
+
+    before = keys(sft)
+    last = keys(with_stage(2, max_steps=sft.curriculum[2].max_steps + 5))
+    assert last[:2] == before[:2] and last[2] != before[2]
+    first = keys(with_stage(0, learning_rate=sft.curriculum[0].learning_rate / 2))
+    assert all(a != b for a, b in zip(first, before, strict=True))  # the later stages' step offsets read it
+    packed = keys(sft.model_copy(update={"packing": not sft.packing}))
+    assert all(a != b for a, b in zip(packed, before, strict=True))  # the rest of sft still counts
+
+
 @cached_task(name="fill-disk", modules=("forge.stages",))
 def fill_disk_task(*, data: DataMix) -> DataFile:
     """Writes to /dev/full: a real ENOSPC, as a stage on a full disk meets it."""
