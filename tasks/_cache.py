@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from prefect import task
-from prefect.cache_policies import INPUTS, TASK_SOURCE, CachePolicy, Inputs
+from prefect.cache_policies import TASK_SOURCE, CachePolicy, Inputs
 
 from forge import pyast
 
@@ -132,26 +132,22 @@ InputsView = Callable[[dict[str, Any]], dict[str, Any]]
 
 @dataclass
 class ViewedInputs(CachePolicy):
-    """Cache key component: the task's inputs (bookkeeping left out) as ``view`` narrows them, for a task that reads
-    a few fields of a config section shared with other stages (tasks/rl.py: a reward model reads one of its GRPO
-    stage's settings), so that changing what it does not read leaves it cached."""
+    """Cache key component: the task's inputs, bookkeeping left out, as ``view`` narrows them (None: all of them).
+    A view is for a task that reads a few fields of a config section shared with other stages (tasks/rl.py: a reward
+    model reads one of its GRPO stage's settings), so that changing what it does not read leaves it cached. Without
+    one the key is Prefect's ``INPUTS - "ctx"``'s, so caches from before views existed still hit."""
 
     view: InputsView | None = None
 
     def compute_key(
         self, task_ctx: Any, inputs: dict[str, Any], flow_parameters: dict[str, Any], **kwargs: Any
     ) -> str | None:
-        narrowed = self.view({k: v for k, v in (inputs or {}).items() if k not in BOOKKEEPING_ARGS})
-        return Inputs().compute_key(task_ctx, narrowed, flow_parameters, **kwargs)
+        kept = {k: v for k, v in (inputs or {}).items() if k not in BOOKKEEPING_ARGS}
+        return Inputs().compute_key(task_ctx, self.view(kept) if self.view else kept, flow_parameters, **kwargs)
 
 
 def cached_task(*, name: str, modules: tuple[str, ...] = (), key_view: InputsView | None = None, **options: Any):
-    """A Prefect task with persisted results, keyed on inputs + task source + library source; ``key_view`` maps the
+    """A Prefect task with persisted results, keyed on task source + library source + inputs; ``key_view`` maps the
     inputs to what the key hashes (default: all of them)."""
-    if key_view is None:
-        policy = INPUTS + TASK_SOURCE + LibrarySource(modules=tuple(modules))
-        for arg in BOOKKEEPING_ARGS:
-            policy = policy - arg
-    else:
-        policy = ViewedInputs(view=key_view) + TASK_SOURCE + LibrarySource(modules=tuple(modules))
+    policy = TASK_SOURCE + LibrarySource(modules=tuple(modules)) + ViewedInputs(view=key_view)
     return task(name=name, cache_policy=policy, persist_result=True, **options)
