@@ -1,6 +1,8 @@
 """Measurement: does the tiny base learn to copy (induction) within its pre-training budget if part of it is copying?
 
     PYTHONPATH=. .venv/bin/python bench/copy_pretraining.py [--shares 0 0.25 1.0]
+    PYTHONPATH=. .venv/bin/python bench/copy_pretraining.py --blocks fixed variable --shares 1.0 \
+        --hidden 128 --layers 2 --steps 500 --batch 32 --seq-len 128 --learning-rate 0.003
 
 Why (issue 13): agentic RL's lookups need the policy to write a name it read (the question's head into the visit
 call, the tool response's tail into the answer), and the tiny policy respells names (bench/agentic_copy.py). A
@@ -9,7 +11,14 @@ steps, batch and learning rate; a plain loop of the same shape as forge/training
 share of its blocks are copy blocks: stretches of 40–100 tokens of the pre-training text, each followed by a
 8–48-token span of itself. Measured on held-out text after each run: the held-out loss, and the copy accuracy, the
 share of a repeated span's tokens (its first excepted, which nothing predicts) that greedy decoding gets right.
-Writes bench/results/copy_pretraining.json.
+
+``--blocks`` picks the copy blocks: ``text`` (the above), or random tokens, which only copying predicts: ``fixed``,
+a block of random tokens whose second half repeats its first (every copy the same distance back, which one
+position-keyed head solves), or ``variable``, random spans of 6–30 tokens each repeated after a random gap of 0–30
+(the distance varies, so only an induction head, matching the token before, copies). For those the random copy
+accuracy is measured too: a 30-token random span followed by its first 20 tokens, and the same at half a block
+(the distance ``fixed`` trains).
+Writes bench/results/copy_pretraining.json (``--out``).
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ import json
 import math
 import os
 import random
+import sys
 import time
 from pathlib import Path
 
@@ -45,6 +55,27 @@ def copy_block(blocks: torch.Tensor, seq_len: int, rng: random.Random) -> torch.
     return torch.tensor(out[:seq_len])
 
 
+def random_block(kind: str, seq_len: int, vocab: int, rng: random.Random) -> torch.Tensor:
+    """Random tokens (ids 100 and up: past the special tokens) copied at a fixed or a varying distance."""
+    if kind == "fixed":
+        half = [rng.randrange(100, vocab) for _ in range(seq_len // 2)]
+        return torch.tensor((half + half)[:seq_len])
+    out: list[int] = []
+    while len(out) < seq_len:
+        span = [rng.randrange(100, vocab) for _ in range(rng.randint(6, 30))]
+        out += span + [rng.randrange(100, vocab) for _ in range(rng.randint(0, 30))] + span
+    return torch.tensor(out[:seq_len])
+
+
+def random_copy_accuracy(model, vocab: int, distance: int = 30, n: int = 16) -> float:
+    """Greedy accuracy on the first 20 tokens of a ``distance``-token random span written again after it."""
+    rng = random.Random(5)
+    spans = torch.tensor([[rng.randrange(100, vocab) for _ in range(distance)] for _ in range(n)])
+    x = torch.cat([spans, spans[:, :20]], 1)
+    pred = model(input_ids=x).logits[:, distance:-1].argmax(-1)
+    return (pred == x[:, distance + 1:]).float().mean().item()
+
+
 def copy_accuracy(model, held: torch.Tensor, rng: random.Random, n: int = 64) -> float:
     right = total = 0
     for k in range(n):
@@ -58,7 +89,7 @@ def copy_accuracy(model, held: torch.Tensor, rng: random.Random, n: int = 64) ->
     return right / total
 
 
-def run(share: float, tokenizer, train: torch.Tensor, held: torch.Tensor, cfg) -> dict:
+def run(share: float, tokenizer, train: torch.Tensor, held: torch.Tensor, cfg, blocks: str = "text") -> dict:
     rng = random.Random(0)
     model = build_model(cfg, tokenizer)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.1)
@@ -69,8 +100,12 @@ def run(share: float, tokenizer, train: torch.Tensor, held: torch.Tensor, cfg) -
         lr = cfg.learning_rate * (warm if step < cfg.warmup_steps else 0.5 * (1 + math.cos(math.pi * done)))
         for group in opt.param_groups:
             group["lr"] = lr
-        rows = [copy_block(train, cfg.seq_len, rng) if rng.random() < share else train[rng.randrange(len(train))]
-                for _ in range(cfg.batch_size)]
+        def copied() -> torch.Tensor:
+            if blocks == "text":
+                return copy_block(train, cfg.seq_len, rng)
+            return random_block(blocks, cfg.seq_len, len(tokenizer), rng)
+
+        rows = [copied() if rng.random() < share else train[rng.randrange(len(train))] for _ in range(cfg.batch_size)]
         x = torch.stack(rows)
         model(input_ids=x, labels=x).loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -80,7 +115,10 @@ def run(share: float, tokenizer, train: torch.Tensor, held: torch.Tensor, cfg) -
     with torch.no_grad():
         losses = [model(input_ids=held[i:i + 16], labels=held[i:i + 16]).loss.item() for i in range(0, len(held), 16)]
         acc = copy_accuracy(model, held, random.Random(1))
-    result = {"copy_share": share, "heldout_loss": round(sum(losses) / len(losses), 4), "copy_accuracy": round(acc, 4),
+        random_acc = random_copy_accuracy(model, len(tokenizer))
+        half_acc = random_copy_accuracy(model, len(tokenizer), distance=cfg.seq_len // 2)
+    result = {"blocks": blocks, "copy_share": share, "random_copy_accuracy": round(random_acc, 4),
+              "random_copy_accuracy_half_block_back": round(half_acc, 4), "heldout_loss": round(sum(losses) / len(losses), 4), "copy_accuracy": round(acc, 4),
               "seconds": round(time.perf_counter() - started, 1)}
     print(json.dumps(result), flush=True)
     return result
@@ -89,23 +127,34 @@ def run(share: float, tokenizer, train: torch.Tensor, held: torch.Tensor, cfg) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shares", type=float, nargs="+", default=[0.0, 0.25, 1.0])
+    parser.add_argument("--blocks", nargs="+", choices=["text", "fixed", "variable"], default=["text"])
+    parser.add_argument("--hidden", type=int, help="default: the tiny profile's base")
+    parser.add_argument("--layers", type=int)
+    parser.add_argument("--steps", type=int)
+    parser.add_argument("--batch", type=int)
+    parser.add_argument("--seq-len", type=int)
+    parser.add_argument("--learning-rate", type=float)
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "copy_pretraining.json")
     args = parser.parse_args()
     tiny = load_profile("tiny")
-    cfg = tiny.base
+    sizes = {"hidden_size": args.hidden, "num_layers": args.layers, "max_steps": args.steps,
+             "batch_size": args.batch, "seq_len": args.seq_len, "learning_rate": args.learning_rate}
+    if args.hidden:
+        sizes["intermediate_size"] = args.hidden * 688 // 256
+    cfg = tiny.base.model_copy(update={k: v for k, v in sizes.items() if v is not None})
     corpora = REPO / "corpora"
     tokenizer = train_tokenizer(iter_pretraining_texts(corpora, cfg.tokenizer.max_training_chars, tiny.seed),
                                 cfg.tokenizer)
     train, held = pretraining_blocks(tokenizer, list(iter_pretraining_texts(corpora, cfg.max_corpus_chars, cfg.seed)),
                                      cfg)
     load_before = os.getloadavg()
-    runs = [run(share, tokenizer, train, held, cfg) for share in args.shares]
-    report = {"benchmark": "copy_pretraining", "command": "python bench/copy_pretraining.py --shares "
-              + " ".join(f"{s:g}" for s in args.shares),
+    runs = [run(share, tokenizer, train, held, cfg, blocks) for blocks in args.blocks for share in args.shares]
+    report = {"benchmark": "copy_pretraining", "command": "python bench/copy_pretraining.py " + " ".join(sys.argv[1:]),
               "model": {"hidden_size": cfg.hidden_size, "layers": cfg.num_layers, "vocab": len(tokenizer),
                         "steps": cfg.max_steps, "batch": cfg.batch_size, "seq_len": cfg.seq_len,
                         "learning_rate": cfg.learning_rate},
               "runs": runs, "load_avg": [[round(x, 2) for x in load_before], [round(x, 2) for x in os.getloadavg()]]}
-    out = REPO / "bench" / "results" / "copy_pretraining.json"
+    out = args.out
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {out}")
 
