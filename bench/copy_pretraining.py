@@ -94,17 +94,18 @@ def run(share: float, tokenizer, train: torch.Tensor, held: torch.Tensor, cfg, b
     model = build_model(cfg, tokenizer)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.1)
     started = time.perf_counter()
+
+    def copied() -> torch.Tensor:
+        if blocks == "text":
+            return copy_block(train, cfg.seq_len, rng)
+        return random_block(blocks, cfg.seq_len, len(tokenizer), rng)
+
     for step in range(cfg.max_steps):
         warm = (step + 1) / cfg.warmup_steps
         done = (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)
         lr = cfg.learning_rate * (warm if step < cfg.warmup_steps else 0.5 * (1 + math.cos(math.pi * done)))
         for group in opt.param_groups:
             group["lr"] = lr
-        def copied() -> torch.Tensor:
-            if blocks == "text":
-                return copy_block(train, cfg.seq_len, rng)
-            return random_block(blocks, cfg.seq_len, len(tokenizer), rng)
-
         rows = [copied() if rng.random() < share else train[rng.randrange(len(train))] for _ in range(cfg.batch_size)]
         x = torch.stack(rows)
         model(input_ids=x, labels=x).loss.backward()
@@ -118,7 +119,8 @@ def run(share: float, tokenizer, train: torch.Tensor, held: torch.Tensor, cfg, b
         random_acc = random_copy_accuracy(model, len(tokenizer))
         half_acc = random_copy_accuracy(model, len(tokenizer), distance=cfg.seq_len // 2)
     result = {"blocks": blocks, "copy_share": share, "random_copy_accuracy": round(random_acc, 4),
-              "random_copy_accuracy_half_block_back": round(half_acc, 4), "heldout_loss": round(sum(losses) / len(losses), 4), "copy_accuracy": round(acc, 4),
+              "random_copy_accuracy_half_block_back": round(half_acc, 4),
+              "heldout_loss": round(sum(losses) / len(losses), 4), "copy_accuracy": round(acc, 4),
               "seconds": round(time.perf_counter() - started, 1)}
     print(json.dumps(result), flush=True)
     return result
@@ -154,9 +156,8 @@ def main() -> None:
                         "steps": cfg.max_steps, "batch": cfg.batch_size, "seq_len": cfg.seq_len,
                         "learning_rate": cfg.learning_rate},
               "runs": runs, "load_avg": [[round(x, 2) for x in load_before], [round(x, 2) for x in os.getloadavg()]]}
-    out = args.out
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {out}")
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
