@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from prefect import task
-from prefect.cache_policies import TASK_SOURCE, CachePolicy, Inputs
+from prefect.cache_policies import NO_CACHE, TASK_SOURCE, CachePolicy, Inputs
 
 from forge import pyast
 
@@ -151,3 +151,12 @@ def cached_task(*, name: str, modules: tuple[str, ...] = (), key_view: InputsVie
     inputs to what the key hashes (default: all of them)."""
     policy = TASK_SOURCE + LibrarySource(modules=tuple(modules)) + ViewedInputs(view=key_view)
     return task(name=name, cache_policy=policy, persist_result=True, **options)
+
+
+def uncached_task(*, name: str, **options: Any):
+    """A Prefect task that runs every time it is called (it reads state that changes between runs: the corpora's
+    digest, the registry, the DVC remote), its result kept in memory only. Prefect's default policy would hash its
+    inputs and source into a key that includes the flow-run id, which no later run can hit, and the workspace's
+    persist-by-default (forge/workspace.py) would write each result to disk for nothing (issue 18's overhead
+    budget, bench/recipe_profile.py)."""
+    return task(name=name, cache_policy=NO_CACHE, persist_result=False, **options)

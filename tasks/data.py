@@ -6,23 +6,22 @@ from __future__ import annotations
 from pathlib import Path
 
 import mlflow
-from prefect import task
 
 from forge.config import DOMAINS, MixConfig, PoolsConfig
 from forge.hashing import files_digest, tree_digest
 from forge.stages import DataMix, Mix, Pools, Tokenizer
 from forge.workspace import Workspace
 from registry.tracking import DATA_MD5_TAG, STAGE_TAG, StageContext
-from tasks._cache import cached_task
+from tasks._cache import cached_task, uncached_task
 
 
-@task(name="digest-corpora")
+@uncached_task(name="digest-corpora")
 def digest_corpora() -> str:
     """Content digest of corpora/: the cache key of everything built from it."""
     return tree_digest(Workspace.from_env().corpora)
 
 
-@task(name="digest-sources")
+@uncached_task(name="digest-sources")
 def digest_sources(cfg: PoolsConfig) -> str:
     """A digest of the profile's own sources (file sizes and times, forge/data/sources.py): with the corpora's, the
     cache key of the pools. Empty without sources."""
@@ -62,7 +61,7 @@ def build_mix_task(
     return Mix(mix_dir=str(out_dir), manifest=manifest.model_dump(mode="json"))
 
 
-@task(name="version-data")
+@uncached_task(name="version-data")
 def version_data_task(*, ctx: StageContext, mix: Mix) -> DataMix:
     """``dvc add data`` + ``dvc push`` to the local remote; the ``data`` MLflow run records the md5 DVC gave
     ``data/``, the mix's token shares per domain, what review and refinement changed, and its manifest."""

@@ -11,13 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import mlflow
-from prefect import task
 
 from forge.config import CodeSuiteConfig, GenerationConfig, HumanEvalConfig, SuiteConfig
 from forge.evals.domains import ITEMS_ARTIFACT, MODEL_TAG, SUITE_TAG, run_tag
 from forge.stages import Checkpoint, EvalReport
 from registry.tracking import STAGE_TAG, StageContext, log_table
-from tasks._cache import cached_task
+from tasks._cache import cached_task, uncached_task
 
 JUDGE_TAG = "forge.judge"
 
@@ -120,7 +119,7 @@ def run_model_suite(suite: str, backend: Any, cfg: Any, corpora: Path, *, ws: An
     return runners[suite](backend, cfg, corpora)
 
 
-@task(name="eval-report")
+@uncached_task(name="eval-report")
 def eval_report_task(*, ctx: StageContext, model: Checkpoint, reports: list[EvalReport]) -> EvalReport:
     """Put every suite's metrics and run id on the model version (what the promotion gate and the report read),
     then the matrix as pictures, before the gate decides: every version's headline metric per domain, and the

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from prefect import task
-
 from forge.config import PromotionConfig
 from forge.stages import Checkpoint, Release
+from tasks._cache import uncached_task
 
 
-@task(name="promote")
+@uncached_task(name="promote")
 def promote_task(*, candidate: Checkpoint, policy: PromotionConfig) -> Release:
     """Alias ``candidate`` to the version, then the gate of ``registry.promotion`` (the profile's declared metrics)
     moves ``champion`` to it or refuses; the decision is recorded on the version either way."""

@@ -5,13 +5,12 @@ from __future__ import annotations
 from contextlib import nullcontext
 
 import mlflow
-from prefect import task
 
 from forge.config import DeepSearchConfig, GenerationConfig
 from forge.stages import Pools, SearchShard
 from forge.workspace import Workspace
 from registry.tracking import FLOW_RUN_ID_TAG, PROFILE_TAG, STAGE_TAG, StageContext, log_curve, log_table
-from tasks._cache import cached_task
+from tasks._cache import cached_task, uncached_task
 
 SEARCH_MODULES = ("forge.search.synthesize", "forge.review.feedback")
 
@@ -31,7 +30,7 @@ def synthesize_shard_task(
         return SearchShard(**synthesize_shard(Workspace.from_env(), cfg, shard, local))
 
 
-@task(name="review-digest")
+@uncached_task(name="review-digest")
 def review_digest_task(cfg: DeepSearchConfig) -> str:
     """State of the human verdicts: part of the merge's cache key, so new reviews re-filter the data."""
     from sqlalchemy.orm import Session

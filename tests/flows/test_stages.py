@@ -17,7 +17,7 @@ from flows._stages import RecipeRun, RunSummary
 from forge.config import PointwiseRLConfig
 from forge.stages import DataFile, DataMix
 from registry.tracking import StageContext
-from tasks._cache import cached_task
+from tasks._cache import cached_task, uncached_task
 from tasks.rl import reward_model_inputs
 
 CALLS: list[str] = []
@@ -168,3 +168,50 @@ def test_a_stage_on_a_full_disk_says_which_disk_and_is_recorded_failed(harness, 
                            env={**os.environ, "FORGE_HOME": str(tmp_path / "home"), "COLUMNS": "200"},
                            check=False, timeout=120)
     assert "failed" in shown.stdout and f"fill-disk: the disk is full (home {tmp_path / 'home'}" in shown.stdout
+
+
+@uncached_task(name="count-probe")
+def count_probe_task(*, data: DataMix) -> DataFile:
+    """An always-run stage, as promote and eval-report are; counts its calls."""
+    CALLS.append(f"count:{data.data_md5}")
+    return DataFile(path=data.mix_dir)
+
+
+@flow(name="count-probe")
+def count_probe(run: RecipeRun, data: DataMix, times: int) -> int:
+    return sum(run.stage("count-probe", count_probe_task, data=data).path == data.mix_dir for _ in range(times))
+
+
+def stored_results(storage: Path) -> dict[Path, object]:
+    """What Prefect's result storage holds: each stored value, unpickled."""
+    import base64
+
+    import cloudpickle
+
+    out = {}
+    for f in (storage.rglob("*") if storage.exists() else []):
+        if not f.is_file():
+            continue
+        raw = f.read_bytes()
+        try:  # a result record (a task's: metadata and the value), or the bare value (a flow's)
+            raw = json.loads(raw)["result"]
+        except ValueError:
+            pass
+        out[f] = cloudpickle.loads(base64.b64decode(raw))
+    return out
+
+
+def test_an_uncached_stage_runs_every_time_and_persists_nothing(harness, tmp_path):
+    """promote, eval-report, version-data and the digests read state that changes between runs; Prefect's default
+    policy hashed their inputs into keys no later run could hit (a second call in the same run with the same inputs
+    was a cache hit) and wrote every result to disk (issue 18)."""
+    storage = Path(os.environ["PREFECT_LOCAL_STORAGE_PATH"])
+    before = set(stored_results(storage))
+    run = RecipeRun(StageContext(tags={"forge.profile": "ci"}), RunSummary(tmp_path / "runs", "flow-1", "ci", None))
+    data = DataMix(mix_dir=str(tmp_path), data_md5=f"{tmp_path.name}.dir")
+    start = len(CALLS)
+    assert count_probe(run, data, 2) + count_probe(run, data, 1) == 3
+    assert CALLS[start:] == [f"count:{data.data_md5}"] * 3
+    new = {f: value for f, value in stored_results(storage).items() if f not in before}
+    assert new and not [v for v in new.values() if isinstance(v, DataFile)]  # the flows' results only
+    assert json.loads((tmp_path / "runs" / "latest.json").read_text())["stages"]["count-probe"]["state"] == "completed"
