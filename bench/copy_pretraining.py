@@ -15,9 +15,12 @@ share of a repeated span's tokens (its first excepted, which nothing predicts) t
 ``--blocks`` picks the copy blocks: ``text`` (the above), or random tokens, which only copying predicts: ``fixed``,
 a block of random tokens whose second half repeats its first (every copy the same distance back, which one
 position-keyed head solves), or ``variable``, random spans of 6–30 tokens each repeated after a random gap of 0–30
-(the distance varies, so only an induction head, matching the token before, copies). For those the random copy
-accuracy is measured too: a 30-token random span followed by its first 20 tokens, and the same at half a block
-(the distance ``fixed`` trains).
+(the distance varies, so only an induction head, matching the token before, copies), or ``curriculum``: ``variable``
+whose spread grows over the first ``--ramp`` share of the steps from one distance (16-token spans repeated at once).
+``--symbols N`` draws the random tokens from N ids instead of the whole vocabulary. For random blocks the copy
+accuracy is measured on random tokens too: a 30-token span followed by its first 20 tokens, the same at half a block
+(the distance ``fixed`` trains), and the repeats of ``variable`` blocks (``varied``; every ``--eval-every`` steps
+too).
 Writes bench/results/copy_pretraining.json (``--out``).
 """
 
@@ -55,15 +58,19 @@ def copy_block(blocks: torch.Tensor, seq_len: int, rng: random.Random) -> torch.
     return torch.tensor(out[:seq_len])
 
 
-def random_block(kind: str, seq_len: int, vocab: int, rng: random.Random) -> torch.Tensor:
-    """Random tokens (ids 100 and up: past the special tokens) copied at a fixed or a varying distance."""
+def random_block(kind: str, seq_len: int, vocab: int, rng: random.Random, progress: float = 1.0) -> torch.Tensor:
+    """Random tokens (ids 100 and up: past the special tokens) copied at a fixed or a varying distance; for
+    ``curriculum``, the varying one whose spread grows with ``progress`` (0: every span 16 tokens repeated right
+    after itself, one distance; 1: ``variable``'s spans of 6–30 after gaps of 0–30)."""
     if kind == "fixed":
         half = [rng.randrange(100, vocab) for _ in range(seq_len // 2)]
         return torch.tensor((half + half)[:seq_len])
+    spread = min(1.0, progress) if kind == "curriculum" else 1.0
+    shortest, longest, widest = round(16 - 10 * spread), round(16 + 14 * spread), round(30 * spread)
     out: list[int] = []
     while len(out) < seq_len:
-        span = [rng.randrange(100, vocab) for _ in range(rng.randint(6, 30))]
-        out += span + [rng.randrange(100, vocab) for _ in range(rng.randint(0, 30))] + span
+        span = [rng.randrange(100, vocab) for _ in range(rng.randint(shortest, longest))]
+        out += span + [rng.randrange(100, vocab) for _ in range(rng.randint(0, widest))] + span
     return torch.tensor(out[:seq_len])
 
 
@@ -74,6 +81,23 @@ def random_copy_accuracy(model, vocab: int, distance: int = 30, n: int = 16) -> 
     x = torch.cat([spans, spans[:, :20]], 1)
     pred = model(input_ids=x).logits[:, distance:-1].argmax(-1)
     return (pred == x[:, distance + 1:]).float().mean().item()
+
+
+def varied_copy_accuracy(model, vocab: int, n: int = 32) -> float:
+    """Greedy accuracy on the repeats of ``variable`` blocks (spans of 6–30 after gaps of 0–30; each repeat's first
+    token excepted): copying at distances from 6 to 60, which only an induction head does."""
+    rng = random.Random(7)
+    right = total = 0
+    for _ in range(n):
+        span = [rng.randrange(100, vocab) for _ in range(rng.randint(6, 30))]
+        prefix = [rng.randrange(100, vocab) for _ in range(rng.randint(0, 30))]
+        gap = [rng.randrange(100, vocab) for _ in range(rng.randint(0, 30))]
+        ids = prefix + span + gap + span
+        pred = model(input_ids=torch.tensor([ids])).logits[0].argmax(-1)
+        start = len(ids) - len(span)
+        right += sum(int(pred[start + j - 1].item() == span[j]) for j in range(1, len(span)))
+        total += len(span) - 1
+    return right / total
 
 
 def copy_accuracy(model, held: torch.Tensor, rng: random.Random, n: int = 64) -> float:
@@ -89,16 +113,21 @@ def copy_accuracy(model, held: torch.Tensor, rng: random.Random, n: int = 64) ->
     return right / total
 
 
-def run(share: float, tokenizer, train: torch.Tensor, held: torch.Tensor, cfg, blocks: str = "text") -> dict:
+def run(share: float, tokenizer, train: torch.Tensor, held: torch.Tensor, cfg, blocks: str = "text",
+        ramp: float = 0.6, symbols: int | None = None, eval_every: int = 0) -> dict:
     rng = random.Random(0)
     model = build_model(cfg, tokenizer)
+    vocab = 100 + symbols if symbols else len(tokenizer)  # random tokens are ids 100 .. vocab - 1
+    curve: list[list[float]] = []  # [step, varied copy accuracy] every ``eval_every`` steps
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.1)
     started = time.perf_counter()
+
+    step = 0
 
     def copied() -> torch.Tensor:
         if blocks == "text":
             return copy_block(train, cfg.seq_len, rng)
-        return random_block(blocks, cfg.seq_len, len(tokenizer), rng)
+        return random_block(blocks, cfg.seq_len, vocab, rng, progress=step / max(1, ramp * cfg.max_steps))
 
     for step in range(cfg.max_steps):
         warm = (step + 1) / cfg.warmup_steps
@@ -112,15 +141,24 @@ def run(share: float, tokenizer, train: torch.Tensor, held: torch.Tensor, cfg, b
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad()
+        if eval_every and (step + 1) % eval_every == 0 and step + 1 < cfg.max_steps:
+            with torch.no_grad():
+                curve.append([step + 1, round(varied_copy_accuracy(model.eval(), vocab), 4)])
+            model.train()
+            print(f"step {step + 1}: varied copy accuracy {curve[-1][1]}", flush=True)
     model.eval()
     with torch.no_grad():
         losses = [model(input_ids=held[i:i + 16], labels=held[i:i + 16]).loss.item() for i in range(0, len(held), 16)]
         acc = copy_accuracy(model, held, random.Random(1))
-        random_acc = random_copy_accuracy(model, len(tokenizer))
-        half_acc = random_copy_accuracy(model, len(tokenizer), distance=cfg.seq_len // 2)
-    result = {"blocks": blocks, "copy_share": share, "random_copy_accuracy": round(random_acc, 4),
+        random_acc = random_copy_accuracy(model, vocab)
+        half_acc = random_copy_accuracy(model, vocab, distance=cfg.seq_len // 2)
+        varied_acc = varied_copy_accuracy(model, vocab)
+    result = {"blocks": blocks, **({"ramp": ramp} if blocks == "curriculum" else {}), "symbols": vocab - 100,
+              "copy_share": share,
+              "random_copy_accuracy": round(random_acc, 4), "varied_copy_accuracy": round(varied_acc, 4),
               "random_copy_accuracy_half_block_back": round(half_acc, 4),
               "heldout_loss": round(sum(losses) / len(losses), 4), "copy_accuracy": round(acc, 4),
+              **({"varied_copy_accuracy_by_step": curve + [[cfg.max_steps, round(varied_acc, 4)]]} if curve else {}),
               "seconds": round(time.perf_counter() - started, 1)}
     print(json.dumps(result), flush=True)
     return result
@@ -129,13 +167,18 @@ def run(share: float, tokenizer, train: torch.Tensor, held: torch.Tensor, cfg, b
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shares", type=float, nargs="+", default=[0.0, 0.25, 1.0])
-    parser.add_argument("--blocks", nargs="+", choices=["text", "fixed", "variable"], default=["text"])
+    parser.add_argument("--blocks", nargs="+", choices=["text", "fixed", "variable", "curriculum"], default=["text"])
+    parser.add_argument("--ramp", type=float, default=0.6,
+                        help="curriculum: the share of the steps over which the copy distance's spread grows")
     parser.add_argument("--hidden", type=int, help="default: the tiny profile's base")
     parser.add_argument("--layers", type=int)
     parser.add_argument("--steps", type=int)
     parser.add_argument("--batch", type=int)
     parser.add_argument("--seq-len", type=int)
     parser.add_argument("--learning-rate", type=float)
+    parser.add_argument("--symbols", type=int,
+                        help="random blocks: draw their tokens from this many ids (default: the whole vocabulary)")
+    parser.add_argument("--eval-every", type=int, default=0, help="measure the varied copy accuracy every N steps")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "copy_pretraining.json")
     args = parser.parse_args()
     tiny = load_profile("tiny")
@@ -150,7 +193,8 @@ def main() -> None:
     train, held = pretraining_blocks(tokenizer, list(iter_pretraining_texts(corpora, cfg.max_corpus_chars, cfg.seed)),
                                      cfg)
     load_before = os.getloadavg()
-    runs = [run(share, tokenizer, train, held, cfg, blocks) for blocks in args.blocks for share in args.shares]
+    runs = [run(share, tokenizer, train, held, cfg, blocks, args.ramp, args.symbols, args.eval_every)
+            for blocks in args.blocks for share in args.shares]
     report = {"benchmark": "copy_pretraining", "command": "python bench/copy_pretraining.py " + " ".join(sys.argv[1:]),
               "model": {"hidden_size": cfg.hidden_size, "layers": cfg.num_layers, "vocab": len(tokenizer),
                         "steps": cfg.max_steps, "batch": cfg.batch_size, "seq_len": cfg.seq_len,
