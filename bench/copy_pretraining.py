@@ -58,26 +58,33 @@ def copy_block(blocks: torch.Tensor, seq_len: int, rng: random.Random) -> torch.
     return torch.tensor(out[:seq_len])
 
 
+FIRST_RANDOM_ID = 100  # random tokens start past the special tokens
+
+
+def random_tokens(rng: random.Random, n: int, vocab: int) -> list[int]:
+    return [rng.randrange(FIRST_RANDOM_ID, vocab) for _ in range(n)]
+
+
 def random_block(kind: str, seq_len: int, vocab: int, rng: random.Random, progress: float = 1.0) -> torch.Tensor:
-    """Random tokens (ids 100 and up: past the special tokens) copied at a fixed or a varying distance; for
+    """Random tokens copied at a fixed or a varying distance; for
     ``curriculum``, the varying one whose spread grows with ``progress`` (0: every span 16 tokens repeated right
     after itself, one distance; 1: ``variable``'s spans of 6–30 after gaps of 0–30)."""
     if kind == "fixed":
-        half = [rng.randrange(100, vocab) for _ in range(seq_len // 2)]
+        half = random_tokens(rng, seq_len // 2, vocab)
         return torch.tensor((half + half)[:seq_len])
     spread = min(1.0, progress) if kind == "curriculum" else 1.0
     shortest, longest, widest = round(16 - 10 * spread), round(16 + 14 * spread), round(30 * spread)
     out: list[int] = []
     while len(out) < seq_len:
-        span = [rng.randrange(100, vocab) for _ in range(rng.randint(shortest, longest))]
-        out += span + [rng.randrange(100, vocab) for _ in range(rng.randint(0, widest))] + span
+        span = random_tokens(rng, rng.randint(shortest, longest), vocab)
+        out += span + random_tokens(rng, rng.randint(0, widest), vocab) + span
     return torch.tensor(out[:seq_len])
 
 
 def random_copy_accuracy(model, vocab: int, distance: int = 30, n: int = 16) -> float:
     """Greedy accuracy on the first 20 tokens of a ``distance``-token random span written again after it."""
     rng = random.Random(5)
-    spans = torch.tensor([[rng.randrange(100, vocab) for _ in range(distance)] for _ in range(n)])
+    spans = torch.tensor([random_tokens(rng, distance, vocab) for _ in range(n)])
     x = torch.cat([spans, spans[:, :20]], 1)
     pred = model(input_ids=x).logits[:, distance:-1].argmax(-1)
     return (pred == x[:, distance + 1:]).float().mean().item()
@@ -89,9 +96,9 @@ def varied_copy_accuracy(model, vocab: int, n: int = 32) -> float:
     rng = random.Random(7)
     right = total = 0
     for _ in range(n):
-        span = [rng.randrange(100, vocab) for _ in range(rng.randint(6, 30))]
-        prefix = [rng.randrange(100, vocab) for _ in range(rng.randint(0, 30))]
-        gap = [rng.randrange(100, vocab) for _ in range(rng.randint(0, 30))]
+        span = random_tokens(rng, rng.randint(6, 30), vocab)
+        prefix = random_tokens(rng, rng.randint(0, 30), vocab)
+        gap = random_tokens(rng, rng.randint(0, 30), vocab)
         ids = prefix + span + gap + span
         pred = model(input_ids=torch.tensor([ids])).logits[0].argmax(-1)
         start = len(ids) - len(span)
@@ -117,14 +124,12 @@ def run(share: float, tokenizer, train: torch.Tensor, held: torch.Tensor, cfg, b
         ramp: float = 0.6, symbols: int | None = None, eval_every: int = 0) -> dict:
     rng = random.Random(0)
     model = build_model(cfg, tokenizer)
-    vocab = 100 + symbols if symbols else len(tokenizer)  # random tokens are ids 100 .. vocab - 1
+    vocab = FIRST_RANDOM_ID + symbols if symbols else len(tokenizer)  # random tokens: ids FIRST_RANDOM_ID .. vocab - 1
     curve: list[list[float]] = []  # [step, varied copy accuracy] every ``eval_every`` steps
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.1)
     started = time.perf_counter()
 
-    step = 0
-
-    def copied() -> torch.Tensor:
+    def copied(step: int) -> torch.Tensor:
         if blocks == "text":
             return copy_block(train, cfg.seq_len, rng)
         return random_block(blocks, cfg.seq_len, vocab, rng, progress=step / max(1, ramp * cfg.max_steps))
@@ -135,7 +140,8 @@ def run(share: float, tokenizer, train: torch.Tensor, held: torch.Tensor, cfg, b
         lr = cfg.learning_rate * (warm if step < cfg.warmup_steps else 0.5 * (1 + math.cos(math.pi * done)))
         for group in opt.param_groups:
             group["lr"] = lr
-        rows = [copied() if rng.random() < share else train[rng.randrange(len(train))] for _ in range(cfg.batch_size)]
+        rows = [copied(step) if rng.random() < share else train[rng.randrange(len(train))]
+                for _ in range(cfg.batch_size)]
         x = torch.stack(rows)
         model(input_ids=x, labels=x).loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -153,8 +159,8 @@ def run(share: float, tokenizer, train: torch.Tensor, held: torch.Tensor, cfg, b
         random_acc = random_copy_accuracy(model, vocab)
         half_acc = random_copy_accuracy(model, vocab, distance=cfg.seq_len // 2)
         varied_acc = varied_copy_accuracy(model, vocab)
-    result = {"blocks": blocks, **({"ramp": ramp} if blocks == "curriculum" else {}), "symbols": vocab - 100,
-              "copy_share": share,
+    result = {"blocks": blocks, **({"ramp": ramp} if blocks == "curriculum" else {}),
+              "symbols": vocab - FIRST_RANDOM_ID, "copy_share": share,
               "random_copy_accuracy": round(random_acc, 4), "varied_copy_accuracy": round(varied_acc, 4),
               "random_copy_accuracy_half_block_back": round(half_acc, 4),
               "heldout_loss": round(sum(losses) / len(losses), 4), "copy_accuracy": round(acc, 4),
