@@ -1,0 +1,159 @@
+"""Measurement: how reliably does code RL stage 2 raise the optimal share of a finished recipe's stage-1 policy?
+
+    PYTHONPATH=. .venv/bin/python bench/code_rl_stage2.py --checkout /tmp/mr/main [--seeds 0 1 2]
+        [--variants 0.00005:20 0.0001:20] [--chain]
+
+The stage-2 must-show of issue 13 (the share of fully passing answers in the optimal class rises from the stage-1
+to the stage-2 checkpoint, the solved share not falling by more than 0.10) read +0.14 on some hosts and within one
+standard error of zero on others with the same code and seed. One recipe run gives one draw; this gives several.
+From the stage-1 checkpoint and the stage-2 filter's kept problems of a finished ``forge run`` in ``--checkout``
+(its ``.forge/models`` and ``rl-data``), stage 2 is trained by :func:`forge.training.grpo.train_grpo` as
+tasks/code.py trains it (the profile's rewards, weights and settings) once per ``--variants`` entry
+(LEARNING_RATE:STEPS) and ``--seeds`` entry. With ``--chain`` each seed first re-runs stage 1 from the recipe's
+code warm-up on its kept problems and stage 2's on-policy filter from that (the starting point a recipe on another
+host, whose arithmetic differs, reaches differently). The stage-1 and each stage-2 checkpoint are sampled on the
+held-out drills (:func:`forge.code.data.check_policy`, the profile's samples per problem, one fixed seed). Per run: the optimal-share rise and the solved-share change with their standard
+errors, the mean R_correctness / R_time over the first and last 20% of steps, seconds. Writes
+bench/results/code_rl_stage2.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from forge.code.data import RLRow, check_policy, compare_checks, filter_rl, most_informative
+from forge.code.rewards import CodeRewards
+from forge.config import load_profile
+from forge.data.jsonl import read_jsonl, write_jsonl
+from forge.generation import local_backend
+from forge.training.grpo import train_grpo
+from tasks.code import CURVES, rl_problems, stage_config
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def latest(pattern: str, checkout: Path) -> Path:
+    """The newest path in ``checkout`` matching ``pattern`` (a finished run's stage-1 checkpoint, its kept rows)."""
+    found = sorted(checkout.glob(pattern), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise SystemExit(f"nothing matches {checkout / pattern}: run `forge run` in that checkout first")
+    return found[-1]
+
+
+def grpo(cfg, stage, policy: Path, kept_file: Path, lr: float, steps: int, seed: int, out: Path):
+    """One code RL stage as tasks/code.py::code_grpo_task trains it, at ``lr`` for ``steps``: (result, seconds)."""
+    kept = most_informative(read_jsonl(kept_file, RLRow).rows, stage.settings.max_prompts)
+    prompts = [{"prompt": [{"role": "user", "content": r.prompt}], "problem_id": r.problem_id} for r in kept]
+    settings = stage.settings.model_copy(update={"learning_rate": lr, "max_steps": steps})
+    rewards = CodeRewards({p.id: p for p in rl_problems(stage)}, stage.format_weight, stage.time_weight)
+    started = time.monotonic()
+    result = train_grpo(cfg.runtime, out, policy_dir=policy, prompts=prompts, reward_funcs=rewards.funcs(),
+                        settings=settings, seed=seed, stage=f"code-rl-stage{stage.stage}",
+                        generation=cfg.generation, reward_weights=CodeRewards.weights(stage.stage))
+    return result, time.monotonic() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="tiny")
+    parser.add_argument("--checkout", type=Path, required=True, help="a checkout whose `forge run` has finished")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--variants", nargs="+", default=["0.00005:20"], help="stage-2 runs, each LEARNING_RATE:STEPS")
+    parser.add_argument("--chain", action="store_true",
+                        help="per seed, also re-run stage 1 (from the warm-up) and stage 2's filter with that seed")
+    parser.add_argument("--check-seed", type=int, default=None, help="the check's sampling seed (default: the profile's)")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "code_rl_stage2.json")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    load_before = os.getloadavg()
+    cfg = load_profile(args.profile)
+    stage1, stage2 = stage_config(cfg.code_rl, 1), stage_config(cfg.code_rl, 2)
+    check_seed = cfg.seed if args.check_seed is None else args.check_seed
+    recipe_policy = latest(".forge/models/code-rl-stage1-*/config.json", args.checkout).parent
+    recipe_kept = latest("rl-data/code/rl-stage2/v-*/rows.jsonl", args.checkout)
+    held_out = rl_problems(stage2, "eval")
+
+    def check(model_dir: Path):
+        with local_backend(cfg.generation, str(model_dir)) as backend:
+            return check_policy(backend, held_out, stage2.check_samples, cfg.generation.temperature,
+                                stage2.max_new_tokens, check_seed)
+
+    runs, starts = [], []
+    work = Path(tempfile.mkdtemp(prefix="code-rl-stage2-"))
+    for seed in args.seeds:
+        policy, kept_file, start = recipe_policy, recipe_kept, {"seed": seed, "stage1": "the recipe's"}
+        if args.chain:  # a stage-1 checkpoint and stage-2 problems of this seed's own
+            warmup = latest(".forge/models/code-warmup-*/config.json", args.checkout).parent
+            kept1 = latest("rl-data/code/rl-stage1/v-*/rows.jsonl", args.checkout)
+            policy = work / f"stage1-seed{seed}"
+            result, seconds = grpo(cfg, stage1, warmup, kept1, stage1.settings.learning_rate,
+                                   stage1.settings.max_steps, seed, policy)
+            with local_backend(cfg.generation, str(policy)) as backend:
+                rows = filter_rl(backend, rl_problems(stage2), 2, stage2.num_rollouts,
+                                 (stage2.keep_k_min, stage2.keep_k_max), temperature=stage2.filter_temperature,
+                                 max_new_tokens=stage2.max_new_tokens, seed=seed)
+            kept_file = work / f"kept2-seed{seed}.jsonl"
+            write_jsonl(kept_file, [r.as_dict() for r in rows if r.kept])
+            start |= {"stage1": "re-run", "stage1_seconds": round(seconds, 1),
+                      **{f"stage1_{k}": round(v, 4) for k, v in result.window_metrics(CURVES).items()},
+                      "stage2_kept": sum(r.kept for r in rows)}
+        before = check(policy) if args.chain or not starts else starts[0]["check"]
+        start |= {"check": before, "optimal_share_before": round(before.optimal_share, 4),
+                  "solved_before": round(before.solved, 4)}
+        starts.append(start)
+        for variant in args.variants:
+            lr, steps = float(variant.split(":")[0]), int(variant.split(":")[1])
+            out = work / f"seed{seed}-lr{lr:g}-steps{steps}"
+            result, seconds = grpo(cfg, stage2, policy, kept_file, lr, steps, seed, out)
+            after = check(out)
+            runs.append({"learning_rate": lr, "steps": steps, "seed": seed, "train_seconds": round(seconds, 1),
+                         **{k: round(v, 4) for k, v in compare_checks(before, after).items()},
+                         "optimal_share_before": round(before.optimal_share, 4),
+                         "optimal_share_after": round(after.optimal_share, 4),
+                         "solved_before": round(before.solved, 4), "solved_after": round(after.solved, 4),
+                         **{k: round(v, 4) for k, v in result.window_metrics(CURVES).items()}})
+            print(json.dumps(runs[-1]), flush=True)
+
+    summary = []
+    for variant in args.variants:
+        lr, steps = float(variant.split(":")[0]), int(variant.split(":")[1])
+        mine = [r for r in runs if r["learning_rate"] == lr and r["steps"] == steps]
+        rises = [r["check_optimal_rise"] for r in mine]
+        solved = [r["check_solved_change"] for r in mine]
+        summary.append({"learning_rate": lr, "steps": steps, "runs": len(mine),
+                        "optimal_rise_mean": round(statistics.fmean(rises), 4),
+                        "optimal_rise_min": round(min(rises), 4),
+                        "solved_change_mean": round(statistics.fmean(solved), 4),
+                        "solved_change_min": round(min(solved), 4),
+                        "runs_meeting_must_show": sum(r > 0 and s >= -0.10 for r, s in zip(rises, solved))})
+    report = {
+        "benchmark": "code_rl_stage2",
+        "command": f"PYTHONPATH=. python bench/code_rl_stage2.py --profile {args.profile} --checkout {args.checkout} "
+                   f"--seeds {' '.join(map(str, args.seeds))} --variants {' '.join(args.variants)}"
+                   + (" --chain" if args.chain else ""),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "cpu": next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                                 if line.startswith("model name")), platform.processor()),
+                    "load_before": load_before},
+        "recipe": {"stage1_checkpoint": recipe_policy.name, "stage2_kept": str(recipe_kept.relative_to(args.checkout)),
+                   "held_out_problems": len(held_out), "check_samples": stage2.check_samples,
+                   "check_seed": check_seed},
+        "starts": [{k: v for k, v in s.items() if k != "check"} for s in starts],
+        "summary": summary,
+        "runs": runs,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
