@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import platform
+import shutil
 import statistics
 import tempfile
 import time
@@ -46,6 +47,12 @@ def latest(pattern: str, checkout: Path) -> Path:
     if not found:
         raise SystemExit(f"nothing matches {checkout / pattern}: run `forge run` in that checkout first")
     return found[-1]
+
+
+def parse_variant(variant: str) -> tuple[float, int]:
+    """``LEARNING_RATE:STEPS`` -> (learning rate, steps)."""
+    lr, steps = variant.split(":")
+    return float(lr), int(steps)
 
 
 def grpo(cfg, stage, policy: Path, kept_file: Path, lr: float, steps: int, seed: int, out: Path):
@@ -109,8 +116,7 @@ def main() -> None:
         start |= {"check": before, "optimal_share_before": round(before.optimal_share, 4),
                   "solved_before": round(before.solved, 4)}
         starts.append(start)
-        for variant in args.variants:
-            lr, steps = float(variant.split(":")[0]), int(variant.split(":")[1])
+        for lr, steps in map(parse_variant, args.variants):
             out = work / f"seed{seed}-lr{lr:g}-steps{steps}"
             result, seconds = grpo(cfg, stage2, policy, kept_file, lr, steps, seed, out)
             after = check(out)
@@ -122,9 +128,9 @@ def main() -> None:
                          **{k: round(v, 4) for k, v in result.window_metrics(CURVES).items()}})
             print(json.dumps(runs[-1]), flush=True)
 
+    shutil.rmtree(work)  # the checkpoints: only the readings are kept
     summary = []
-    for variant in args.variants:
-        lr, steps = float(variant.split(":")[0]), int(variant.split(":")[1])
+    for lr, steps in map(parse_variant, args.variants):
         mine = [r for r in runs if r["learning_rate"] == lr and r["steps"] == steps]
         rises = [r["check_optimal_rise"] for r in mine]
         solved = [r["check_solved_change"] for r in mine]
