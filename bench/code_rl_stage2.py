@@ -30,13 +30,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from forge.code.data import RLRow, check_policy, compare_checks, filter_rl, most_informative
+from transformers import AutoTokenizer
+
+from forge.code.data import check_policy, compare_checks, filter_rl
 from forge.code.rewards import CodeRewards
 from forge.config import load_profile
-from forge.data.jsonl import read_jsonl, write_jsonl
+from forge.data.jsonl import write_jsonl
 from forge.generation import local_backend
 from forge.training.grpo import train_grpo
-from tasks.code import CURVES, rl_problems, stage_config
+from tasks.code import CURVES, grpo_prompts, rl_problems, stage_config
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -57,9 +59,8 @@ def parse_variant(variant: str) -> tuple[float, int]:
 
 def grpo(cfg, stage, policy: Path, kept_file: Path, lr: float, steps: int, seed: int, out: Path):
     """One code RL stage as tasks/code.py::code_grpo_task trains it, at ``lr`` for ``steps``: (result, seconds)."""
-    kept = most_informative(read_jsonl(kept_file, RLRow).rows, stage.settings.max_prompts)
-    prompts = [{"prompt": [{"role": "user", "content": r.prompt}], "problem_id": r.problem_id} for r in kept]
     settings = stage.settings.model_copy(update={"learning_rate": lr, "max_steps": steps})
+    prompts = grpo_prompts(kept_file, settings, AutoTokenizer.from_pretrained(policy))
     rewards = CodeRewards({p.id: p for p in rl_problems(stage)}, stage.format_weight, stage.time_weight)
     started = time.monotonic()
     result = train_grpo(cfg.runtime, out, policy_dir=policy, prompts=prompts, reward_funcs=rewards.funcs(),

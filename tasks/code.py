@@ -28,6 +28,7 @@ from forge.config import (
     CodeSFTConfig,
     DrillsConfig,
     GenerationConfig,
+    GRPOSettings,
     SFTConfig,
     SFTStageConfig,
     TrainingRuntimeConfig,
@@ -97,6 +98,20 @@ def _complexity_judge(judge: CodeJudgeConfig):
     """The judge model's backend when the profile names an endpoint, else None (the empirical judge)."""
     endpoint = _judge_endpoint(judge)
     return endpoint() if endpoint else None
+
+
+def grpo_prompts(rows_file: Path, settings: GRPOSettings, tokenizer) -> list[dict]:
+    """What a code RL stage's GRPO trains on: the filter's kept rows in ``rows_file`` (the ``settings.max_prompts``
+    most informative, forge.code.data.most_informative) as one-turn chats, those longer than
+    ``settings.max_prompt_length`` tokens left out (TRL cannot cut a prompt)."""
+    from forge.code.data import RLRow, most_informative
+    from forge.data.jsonl import read_jsonl
+
+    kept = most_informative(read_jsonl(rows_file, RLRow).rows, settings.max_prompts)
+    chats = [([{"role": "user", "content": r.prompt}], r.problem_id) for r in kept]
+    return [{"prompt": chat, "problem_id": pid} for chat, pid in chats
+            if len(tokenizer.apply_chat_template(chat, tokenize=True, add_generation_prompt=True))
+            <= settings.max_prompt_length]
 
 
 def _write_version(name: str, rows: list[dict], manifest: dict, under: Path | None = None) -> str:
@@ -357,9 +372,8 @@ def code_grpo_task(
     also draws Figure 4 from both stages' curves and checks both checkpoints on held-out problems."""
     from transformers import AutoTokenizer
 
-    from forge.code.data import RLRow, check_policy, compare_checks, most_informative
+    from forge.code.data import check_policy, compare_checks
     from forge.code.rewards import CodeRewards
-    from forge.data.jsonl import read_jsonl
     from forge.data.mix import read_heldout
     from forge.generation import local_backend
     from forge.training.grpo import train_grpo
@@ -370,11 +384,7 @@ def code_grpo_task(
     stage, settings = cfg.stage, cfg.settings
     tokenizer = AutoTokenizer.from_pretrained(policy.model_dir)
     table = {p.id: p for p in rl_problems(cfg)}
-    kept = most_informative(read_jsonl(Path(problems.path) / "rows.jsonl", RLRow).rows, settings.max_prompts)
-    chats = [([{"role": "user", "content": r.prompt}], r.problem_id) for r in kept]
-    prompts = [{"prompt": chat, "problem_id": pid} for chat, pid in chats
-               if len(tokenizer.apply_chat_template(chat, tokenize=True, add_generation_prompt=True))
-               <= settings.max_prompt_length]
+    prompts = grpo_prompts(Path(problems.path) / "rows.jsonl", settings, tokenizer)
     if not prompts:  # nothing in range: training would see only zero advantages
         logger.warning("code RL stage %d: the on-policy filter kept no problem (%s): the policy goes on unchanged; "
                        "widen code_rl.keep_k_min/keep_k_max or add problems (code_rl.sources)", stage, problems.path)
