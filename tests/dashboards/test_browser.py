@@ -105,13 +105,32 @@ def _settled(page) -> None:
                            " && !document.querySelector('[data-stale=\"true\"]')")
 
 
-def _open(page, question: str) -> None:
-    """Press N (the Next button's shortcut) until the trajectory asking ``question`` is shown.
+def _press_next(page, current: str) -> None:
+    """Press N (the Next button's shortcut) until the question ``current`` is no longer shown.
 
     A press that moves nothing within 10 s, on a page that has since settled on the same question, is pressed again
     (at most twice more): twice on 2026-11-29, right after Debian's chromium went from 155 to 156, a first press
     was lost and the question stayed, then ten runs of this file in a row never lost one. A press that is only slow
     has moved the page by the time it settles, so pressing again never skips a question."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout  # installed wherever a page exists
+
+    for attempt in range(3):
+        _settled(page)
+        page.locator("body").press("n")
+        try:
+            page.wait_for_function("q => !document.querySelector('.st-key-question')?.innerText.includes(q)",
+                                   arg=current, timeout=10_000)
+            return
+        except PlaywrightTimeout:
+            _settled(page)
+            if page.locator(".st-key-question").inner_text().strip() != current:
+                return  # slow, not lost
+            if attempt == 2:
+                raise
+
+
+def _open(page, question: str) -> None:
+    """Move through the queue with N until the trajectory asking ``question`` is shown."""
     for _ in range(10):
         shown = page.locator(".st-key-question")
         shown.wait_for()
@@ -119,21 +138,7 @@ def _open(page, question: str) -> None:
         if current == question:
             _settled(page)
             return
-        for attempt in range(3):
-            _settled(page)
-            page.locator("body").press("n")
-            try:
-                page.wait_for_function("q => !document.querySelector('.st-key-question')?.innerText.includes(q)",
-                                       arg=current, timeout=10_000)
-                break
-            except Exception as err:  # playwright's TimeoutError; playwright is imported only where installed
-                if "Timeout" not in type(err).__name__:
-                    raise
-                _settled(page)
-                if page.locator(".st-key-question").inner_text().strip() != current:
-                    break  # slow, not lost
-                if attempt == 2:
-                    raise
+        _press_next(page, current)
     raise AssertionError(f"{question!r} never came up in the queue")
 
 

@@ -183,6 +183,11 @@ def count_probe(run: RecipeRun, data: DataMix, times: int) -> int:
     return sum(run.stage("count-probe", count_probe_task, data=data).path == data.mix_dir for _ in range(times))
 
 
+def stored_files(storage: Path) -> set[Path]:
+    """The files in Prefect's result storage."""
+    return {f for f in storage.rglob("*") if f.is_file()} if storage.exists() else set()
+
+
 def stored_results(storage: Path, *, skip: set[Path]) -> dict[Path, object]:
     """What Prefect's result storage holds beyond the files in ``skip``: each stored value, unpickled."""
     import base64
@@ -190,9 +195,7 @@ def stored_results(storage: Path, *, skip: set[Path]) -> dict[Path, object]:
     import cloudpickle
 
     out = {}
-    for f in set(storage.rglob("*")) - skip if storage.exists() else []:
-        if not f.is_file():
-            continue
+    for f in stored_files(storage) - skip:
         raw = f.read_bytes()
         with contextlib.suppress(ValueError):  # a result record (a task's: metadata and the value), not a flow's value
             raw = json.loads(raw)["result"]
@@ -205,7 +208,7 @@ def test_an_uncached_stage_runs_every_time_and_persists_nothing(harness, tmp_pat
     policy hashed their inputs into keys no later run could hit (a second call in the same run with the same inputs
     was a cache hit) and wrote every result to disk (issue 18)."""
     storage = Path(os.environ["PREFECT_LOCAL_STORAGE_PATH"])
-    before = set(storage.rglob("*")) if storage.exists() else set()
+    before = stored_files(storage)
     run = RecipeRun(StageContext(tags={"forge.profile": "ci"}), RunSummary(tmp_path / "runs", "flow-1", "ci", None))
     data = DataMix(mix_dir=str(tmp_path), data_md5=f"{tmp_path.name}.dir")
     start = len(CALLS)
