@@ -1,0 +1,108 @@
+"""Measurement: how reliably does code RL stage 1 raise its pass rate, and at what cost to the held-out drills?
+
+    PYTHONPATH=. .venv/bin/python bench/code_rl_stage1.py --checkout /tmp/mr/main [--seeds 1 2 3]
+        [--variants 0.00005:20 0.00005:40]
+
+Stage 1's must-show (issue 13: R_correctness over the last 20% of steps above the first 20%) is read on one run's
+training curve, so one recipe run is one draw of it. From the code warm-up checkpoint and the stage-1 filter's kept
+problems of a finished ``forge run`` in ``--checkout``, stage 1 is trained as tasks/code.py trains it
+(bench/code_rl_stage2.py's ``grpo``: the profile's rewards, weights and settings) once per ``--variants`` entry
+(LEARNING_RATE:STEPS) and ``--seeds`` entry. Per run: R_correctness and R_time over the first and last 20% of steps
+(the must-show's reading), and the checkpoint sampled on the held-out drills as stage 2's check samples them
+(:func:`forge.code.data.check_policy`, one fixed seed): the solved and optimal shares a hotter or longer stage 1
+leaves stage 2 to start from. Writes bench/results/code_rl_stage1.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import shutil
+import statistics
+import tempfile
+from pathlib import Path
+
+from code_rl_stage2 import grpo, latest, parse_variant  # the same directory: run as a script
+
+from forge.code.data import check_policy
+from forge.config import load_profile
+from forge.generation import local_backend
+from tasks.code import CURVES, rl_problems, stage_config
+
+REPO = Path(__file__).resolve().parent.parent
+CORRECTNESS = "rewards/r_correctness/mean"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="tiny")
+    parser.add_argument("--checkout", type=Path, required=True, help="a checkout whose `forge run` has finished")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    parser.add_argument("--variants", nargs="+", default=["0.00005:20"], help="stage-1 runs, each LEARNING_RATE:STEPS")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "code_rl_stage1.json")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    load_before = os.getloadavg()
+    cfg = load_profile(args.profile)
+    stage1, stage2 = stage_config(cfg.code_rl, 1), stage_config(cfg.code_rl, 2)
+    warmup = latest(".forge/models/code-warmup-*/config.json", args.checkout).parent
+    kept1 = latest("rl-data/code/rl-stage1/v-*/rows.jsonl", args.checkout)
+    held_out = rl_problems(stage2, "eval")
+
+    def check(model_dir: Path):
+        with local_backend(cfg.generation, str(model_dir)) as backend:
+            return check_policy(backend, held_out, stage2.check_samples, cfg.generation.temperature,
+                                stage2.max_new_tokens, cfg.seed)
+
+    start = check(warmup)
+    runs = []
+    work = Path(tempfile.mkdtemp(prefix="code-rl-stage1-"))
+    for seed in args.seeds:
+        for lr, steps in map(parse_variant, args.variants):
+            out = work / f"seed{seed}-lr{lr:g}-steps{steps}"
+            result, seconds = grpo(cfg, stage1, warmup, kept1, lr, steps, seed, out)
+            windows = result.window_metrics(CURVES)
+            after = check(out)
+            runs.append({"learning_rate": lr, "steps": steps, "seed": seed, "train_seconds": round(seconds, 1),
+                         "r_correctness_rise": round(windows[f"{CORRECTNESS}_last20"]
+                                                     - windows[f"{CORRECTNESS}_first20"], 4),
+                         **{k: round(v, 4) for k, v in windows.items()},
+                         "solved_after": round(after.solved, 4), "optimal_share_after": round(after.optimal_share, 4)})
+            print(json.dumps(runs[-1]), flush=True)
+            shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(work)
+
+    summary = []
+    for lr, steps in map(parse_variant, args.variants):
+        mine = [r for r in runs if r["learning_rate"] == lr and r["steps"] == steps]
+        rises = [r["r_correctness_rise"] for r in mine]
+        summary.append({"learning_rate": lr, "steps": steps, "runs": len(mine),
+                        "r_correctness_rise_mean": round(statistics.fmean(rises), 4),
+                        "r_correctness_rise_min": round(min(rises), 4),
+                        "runs_meeting_must_show": sum(r > 0 for r in rises),
+                        "solved_after_mean": round(statistics.fmean(r["solved_after"] for r in mine), 4),
+                        "optimal_share_after_mean": round(statistics.fmean(r["optimal_share_after"] for r in mine), 4)})
+    report = {
+        "benchmark": "code_rl_stage1",
+        "command": f"PYTHONPATH=. python bench/code_rl_stage1.py --profile {args.profile} --checkout {args.checkout} "
+                   f"--seeds {' '.join(map(str, args.seeds))} --variants {' '.join(args.variants)}",
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "cpu": next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                                 if line.startswith("model name")), platform.processor()),
+                    "load_before": load_before},
+        "recipe": {"warmup_checkpoint": warmup.name, "stage1_kept": str(kept1.relative_to(args.checkout)),
+                   "held_out_problems": len(held_out), "check_samples": stage2.check_samples, "check_seed": cfg.seed},
+        "warmup_check": {"solved": round(start.solved, 4), "optimal_share": round(start.optimal_share, 4)},
+        "summary": summary,
+        "runs": runs,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
