@@ -19,18 +19,15 @@ import argparse
 import json
 import logging
 import os
-import platform
 import shutil
 import statistics
 import tempfile
 from pathlib import Path
 
-from code_rl_stage2 import grpo, latest, parse_variant  # the same directory: run as a script
+from code_rl_stage2 import grpo, held_out_check, latest, machine, parse_variant, write_report  # run as a script
 
-from forge.code.data import check_policy
 from forge.config import load_profile
-from forge.generation import local_backend
-from tasks.code import CURVES, rl_problems, stage_config
+from tasks.code import CURVES, stage_config
 
 REPO = Path(__file__).resolve().parent.parent
 CORRECTNESS = "rewards/r_correctness/mean"
@@ -50,12 +47,7 @@ def main() -> None:
     stage1, stage2 = stage_config(cfg.code_rl, 1), stage_config(cfg.code_rl, 2)
     warmup = latest(".forge/models/code-warmup-*/config.json", args.checkout).parent
     kept1 = latest("rl-data/code/rl-stage1/v-*/rows.jsonl", args.checkout)
-    held_out = rl_problems(stage2, "eval")
-
-    def check(model_dir: Path):
-        with local_backend(cfg.generation, str(model_dir)) as backend:
-            return check_policy(backend, held_out, stage2.check_samples, cfg.generation.temperature,
-                                stage2.max_new_tokens, cfg.seed)
+    check, held_out = held_out_check(cfg, stage2, cfg.seed)
 
     start = check(warmup)
     runs = []
@@ -89,19 +81,14 @@ def main() -> None:
         "benchmark": "code_rl_stage1",
         "command": f"PYTHONPATH=. python bench/code_rl_stage1.py --profile {args.profile} --checkout {args.checkout} "
                    f"--seeds {' '.join(map(str, args.seeds))} --variants {' '.join(args.variants)}",
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "cpu": next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                                 if line.startswith("model name")), platform.processor()),
-                    "load_before": load_before},
+        "machine": machine(load_before),
         "recipe": {"warmup_checkpoint": warmup.name, "stage1_kept": str(kept1.relative_to(args.checkout)),
                    "held_out_problems": len(held_out), "check_samples": stage2.check_samples, "check_seed": cfg.seed},
         "warmup_check": {"solved": round(start.solved, 4), "optimal_share": round(start.optimal_share, 4)},
         "summary": summary,
         "runs": runs,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_report(args.out, report)
 
 
 if __name__ == "__main__":

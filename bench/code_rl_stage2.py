@@ -51,6 +51,32 @@ def latest(pattern: str, checkout: Path) -> Path:
     return found[-1]
 
 
+def machine(load_before: tuple[float, float, float]) -> dict:
+    """The host a report was measured on: cores, Python, the CPU's model name, the load average before the run."""
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "cpu": cpu, "load_before": load_before}
+
+
+def held_out_check(cfg, stage2, seed: int):
+    """A function sampling a checkpoint on stage 2's held-out drills as the recipe's check does (the profile's samples
+    per problem, temperature and length; one fixed ``seed``), with the held-out problems it samples."""
+    held_out = rl_problems(stage2, "eval")
+
+    def check(model_dir: Path):
+        with local_backend(cfg.generation, str(model_dir)) as backend:
+            return check_policy(backend, held_out, stage2.check_samples, cfg.generation.temperature,
+                                stage2.max_new_tokens, seed)
+
+    return check, held_out
+
+
+def write_report(out: Path, report: dict) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
 def parse_variant(variant: str) -> tuple[float, int]:
     """``LEARNING_RATE:STEPS`` -> (learning rate, steps)."""
     lr, steps = variant.split(":")
@@ -87,12 +113,7 @@ def main() -> None:
     check_seed = cfg.seed if args.check_seed is None else args.check_seed
     recipe_policy = latest(".forge/models/code-rl-stage1-*/config.json", args.checkout).parent
     recipe_kept = latest("rl-data/code/rl-stage2/v-*/rows.jsonl", args.checkout)
-    held_out = rl_problems(stage2, "eval")
-
-    def check(model_dir: Path):
-        with local_backend(cfg.generation, str(model_dir)) as backend:
-            return check_policy(backend, held_out, stage2.check_samples, cfg.generation.temperature,
-                                stage2.max_new_tokens, check_seed)
+    check, held_out = held_out_check(cfg, stage2, check_seed)
 
     runs, starts = [], []
     work = Path(tempfile.mkdtemp(prefix="code-rl-stage2-"))
@@ -146,10 +167,7 @@ def main() -> None:
         "command": f"PYTHONPATH=. python bench/code_rl_stage2.py --profile {args.profile} --checkout {args.checkout} "
                    f"--seeds {' '.join(map(str, args.seeds))} --variants {' '.join(args.variants)}"
                    + (" --chain" if args.chain else ""),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "cpu": next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                                 if line.startswith("model name")), platform.processor()),
-                    "load_before": load_before},
+        "machine": machine(load_before),
         "recipe": {"stage1_checkpoint": recipe_policy.name, "stage2_kept": str(recipe_kept.relative_to(args.checkout)),
                    "held_out_problems": len(held_out), "check_samples": stage2.check_samples,
                    "check_seed": check_seed},
@@ -157,9 +175,7 @@ def main() -> None:
         "summary": summary,
         "runs": runs,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_report(args.out, report)
 
 
 if __name__ == "__main__":
