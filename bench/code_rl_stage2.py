@@ -114,14 +114,15 @@ def main() -> None:
     recipe_policy = latest(".forge/models/code-rl-stage1-*/config.json", args.checkout).parent
     recipe_kept = latest("rl-data/code/rl-stage2/v-*/rows.jsonl", args.checkout)
     check, held_out = held_out_check(cfg, stage2, check_seed)
+    if args.chain:  # where every seed's stage 1 starts: the recipe's warm-up, on its stage-1 filter's problems
+        warmup = latest(".forge/models/code-warmup-*/config.json", args.checkout).parent
+        kept1 = latest("rl-data/code/rl-stage1/v-*/rows.jsonl", args.checkout)
 
     runs, starts = [], []
     work = Path(tempfile.mkdtemp(prefix="code-rl-stage2-"))
     for seed in args.seeds:
         policy, kept_file, start = recipe_policy, recipe_kept, {"seed": seed, "stage1": "the recipe's"}
         if args.chain:  # a stage-1 checkpoint and stage-2 problems of this seed's own
-            warmup = latest(".forge/models/code-warmup-*/config.json", args.checkout).parent
-            kept1 = latest("rl-data/code/rl-stage1/v-*/rows.jsonl", args.checkout)
             policy = work / f"stage1-seed{seed}"
             result, seconds = grpo(cfg, stage1, warmup, kept1, stage1.settings.learning_rate,
                                    stage1.settings.max_steps, seed, policy)
