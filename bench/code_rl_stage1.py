@@ -7,7 +7,7 @@ Stage 1's must-show (issue 13: R_correctness over the last 20% of steps above th
 training curve, so one recipe run is one draw of it. From the code warm-up checkpoint and the stage-1 filter's kept
 problems of a finished ``forge run`` in ``--checkout``, stage 1 is trained as tasks/code.py trains it
 (bench/code_rl_stage2.py's ``grpo``: the profile's rewards, weights and settings) once per ``--variants`` entry
-(LEARNING_RATE:STEPS) and ``--seeds`` entry. Per run: R_correctness and R_time over the first and last 20% of steps
+(LEARNING_RATE:STEPS[:PROMPTS]) and ``--seeds`` entry. Per run: R_correctness and R_time over the first and last 20% of steps
 (the must-show's reading), and the checkpoint sampled on the held-out drills as stage 2's check samples them
 (:func:`forge.code.data.check_policy`, one fixed seed): the solved and optimal shares a hotter or longer stage 1
 leaves stage 2 to start from. Writes bench/results/code_rl_stage1.json.
@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument("--profile", default="tiny")
     parser.add_argument("--checkout", type=Path, required=True, help="a checkout whose `forge run` has finished")
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
-    parser.add_argument("--variants", nargs="+", default=["0.00005:20"], help="stage-1 runs, each LEARNING_RATE:STEPS")
+    parser.add_argument("--variants", nargs="+", default=["0.00005:20"], help="stage-1 runs, each LEARNING_RATE:STEPS[:PROMPTS]")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "code_rl_stage1.json")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -53,12 +53,13 @@ def main() -> None:
     runs = []
     work = Path(tempfile.mkdtemp(prefix="code-rl-stage1-"))
     for seed in args.seeds:
-        for lr, steps in map(parse_variant, args.variants):
-            out = work / f"seed{seed}-lr{lr:g}-steps{steps}"
-            result, seconds = grpo(cfg, stage1, warmup, kept1, lr, steps, seed, out)
+        for lr, steps, prompts in map(parse_variant, args.variants):
+            out = work / f"seed{seed}-lr{lr:g}-steps{steps}-prompts{prompts}"
+            result, seconds = grpo(cfg, stage1, warmup, kept1, lr, steps, seed, out, prompts)
             windows = result.window_metrics(CURVES)
             after = check(out)
-            runs.append({"learning_rate": lr, "steps": steps, "seed": seed, "train_seconds": round(seconds, 1),
+            runs.append({"learning_rate": lr, "steps": steps, "max_prompts": prompts, "seed": seed,
+                         "train_seconds": round(seconds, 1),
                          "r_correctness_rise": round(windows[f"{CORRECTNESS}_last20"]
                                                      - windows[f"{CORRECTNESS}_first20"], 4),
                          **{k: round(v, 4) for k, v in windows.items()},
@@ -68,10 +69,10 @@ def main() -> None:
     shutil.rmtree(work)
 
     summary = []
-    for lr, steps in map(parse_variant, args.variants):
-        mine = [r for r in runs if r["learning_rate"] == lr and r["steps"] == steps]
+    for lr, steps, prompts in map(parse_variant, args.variants):
+        mine = [r for r in runs if (r["learning_rate"], r["steps"], r["max_prompts"]) == (lr, steps, prompts)]
         rises = [r["r_correctness_rise"] for r in mine]
-        summary.append({"learning_rate": lr, "steps": steps, "runs": len(mine),
+        summary.append({"learning_rate": lr, "steps": steps, "max_prompts": prompts, "runs": len(mine),
                         "r_correctness_rise_mean": round(statistics.fmean(rises), 4),
                         "r_correctness_rise_min": round(min(rises), 4),
                         "runs_meeting_must_show": sum(r > 0 for r in rises),

@@ -9,7 +9,7 @@ standard error of zero on others with the same code and seed. One recipe run giv
 From the stage-1 checkpoint and the stage-2 filter's kept problems of a finished ``forge run`` in ``--checkout``
 (its ``.forge/models`` and ``rl-data``), stage 2 is trained by :func:`forge.training.grpo.train_grpo` as
 tasks/code.py trains it (the profile's rewards, weights and settings) once per ``--variants`` entry
-(LEARNING_RATE:STEPS) and ``--seeds`` entry. With ``--chain`` each seed first re-runs stage 1 from the recipe's
+(LEARNING_RATE:STEPS[:PROMPTS]) and ``--seeds`` entry. With ``--chain`` each seed first re-runs stage 1 from the recipe's
 code warm-up on its kept problems and stage 2's on-policy filter from that (the starting point a recipe on another
 host, whose arithmetic differs, reaches differently). The stage-1 and each stage-2 checkpoint are sampled on the
 held-out drills (:func:`forge.code.data.check_policy`, the profile's samples per problem, one fixed seed). Per run: the optimal-share rise and the solved-share change with their standard
@@ -77,15 +77,19 @@ def write_report(out: Path, report: dict) -> None:
     print(f"wrote {out}")
 
 
-def parse_variant(variant: str) -> tuple[float, int]:
-    """``LEARNING_RATE:STEPS`` -> (learning rate, steps)."""
-    lr, steps = variant.split(":")
-    return float(lr), int(steps)
+def parse_variant(variant: str) -> tuple[float, int, int | None]:
+    """``LEARNING_RATE:STEPS[:PROMPTS]`` -> (learning rate, steps, max prompts or None for the profile's)."""
+    lr, steps, *prompts = variant.split(":")
+    return float(lr), int(steps), int(prompts[0]) if prompts else None
 
 
-def grpo(cfg, stage, policy: Path, kept_file: Path, lr: float, steps: int, seed: int, out: Path):
-    """One code RL stage as tasks/code.py::code_grpo_task trains it, at ``lr`` for ``steps``: (result, seconds)."""
+def grpo(cfg, stage, policy: Path, kept_file: Path, lr: float, steps: int, seed: int, out: Path,
+         max_prompts: int | None = None):
+    """One code RL stage as tasks/code.py::code_grpo_task trains it, at ``lr`` for ``steps`` on the ``max_prompts``
+    most informative kept problems (default: the profile's): (result, seconds)."""
     settings = stage.settings.model_copy(update={"learning_rate": lr, "max_steps": steps})
+    if max_prompts is not None:
+        settings = settings.model_copy(update={"max_prompts": max_prompts})
     prompts = grpo_prompts(kept_file, settings, AutoTokenizer.from_pretrained(policy))
     rewards = CodeRewards({p.id: p for p in rl_problems(stage)}, stage.format_weight, stage.time_weight)
     started = time.monotonic()
@@ -100,7 +104,9 @@ def main() -> None:
     parser.add_argument("--profile", default="tiny")
     parser.add_argument("--checkout", type=Path, required=True, help="a checkout whose `forge run` has finished")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--variants", nargs="+", default=["0.00005:20"], help="stage-2 runs, each LEARNING_RATE:STEPS")
+    parser.add_argument("--variants", nargs="+", default=["0.00005:20"],
+                        help="stage-2 runs, each LEARNING_RATE:STEPS[:PROMPTS] (PROMPTS: the most informative kept "
+                             "problems trained on; default all, the profile's)")
     parser.add_argument("--chain", action="store_true",
                         help="per seed, also re-run stage 1 (from the warm-up) and stage 2's filter with that seed")
     parser.add_argument("--check-seed", type=int, default=None, help="the check's sampling seed (default: the profile's)")
@@ -139,11 +145,12 @@ def main() -> None:
         start |= {"check": before, "optimal_share_before": round(before.optimal_share, 4),
                   "solved_before": round(before.solved, 4)}
         starts.append(start)
-        for lr, steps in map(parse_variant, args.variants):
-            out = work / f"seed{seed}-lr{lr:g}-steps{steps}"
-            result, seconds = grpo(cfg, stage2, policy, kept_file, lr, steps, seed, out)
+        for lr, steps, prompts in map(parse_variant, args.variants):
+            out = work / f"seed{seed}-lr{lr:g}-steps{steps}-prompts{prompts}"
+            result, seconds = grpo(cfg, stage2, policy, kept_file, lr, steps, seed, out, prompts)
             after = check(out)
-            runs.append({"learning_rate": lr, "steps": steps, "seed": seed, "train_seconds": round(seconds, 1),
+            runs.append({"learning_rate": lr, "steps": steps, "max_prompts": prompts, "seed": seed,
+                         "train_seconds": round(seconds, 1),
                          **{k: round(v, 4) for k, v in compare_checks(before, after).items()},
                          "optimal_share_before": round(before.optimal_share, 4),
                          "optimal_share_after": round(after.optimal_share, 4),
@@ -153,11 +160,11 @@ def main() -> None:
 
     shutil.rmtree(work)  # the checkpoints: only the readings are kept
     summary = []
-    for lr, steps in map(parse_variant, args.variants):
-        mine = [r for r in runs if r["learning_rate"] == lr and r["steps"] == steps]
+    for lr, steps, prompts in map(parse_variant, args.variants):
+        mine = [r for r in runs if (r["learning_rate"], r["steps"], r["max_prompts"]) == (lr, steps, prompts)]
         rises = [r["check_optimal_rise"] for r in mine]
         solved = [r["check_solved_change"] for r in mine]
-        summary.append({"learning_rate": lr, "steps": steps, "runs": len(mine),
+        summary.append({"learning_rate": lr, "steps": steps, "max_prompts": prompts, "runs": len(mine),
                         "optimal_rise_mean": round(statistics.fmean(rises), 4),
                         "optimal_rise_min": round(min(rises), 4),
                         "solved_change_mean": round(statistics.fmean(solved), 4),
