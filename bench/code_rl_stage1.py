@@ -7,44 +7,40 @@ Stage 1's must-show (issue 13: R_correctness over the last 20% of steps above th
 training curve, so one recipe run is one draw of it. From the code warm-up checkpoint and the stage-1 filter's kept
 problems of a finished ``forge run`` in ``--checkout``, stage 1 is trained as tasks/code.py trains it
 (bench/code_rl_stage2.py's ``grpo``: the profile's rewards, weights and settings) once per ``--variants`` entry
-(LEARNING_RATE:STEPS[:PROMPTS]) and ``--seeds`` entry. Per run: R_correctness and R_time over the first and last 20% of steps
-(the must-show's reading), and the checkpoint sampled on the held-out drills as stage 2's check samples them
-(:func:`forge.code.data.check_policy`, one fixed seed): the solved and optimal shares a hotter or longer stage 1
-leaves stage 2 to start from. Writes bench/results/code_rl_stage1.json.
+(LEARNING_RATE:STEPS[:PROMPTS]) and ``--seeds`` entry. Per run: R_correctness and R_time over the first and last 20% of
+steps (the must-show's reading), and the checkpoint sampled on the held-out drills as stage 2's check samples them
+(:func:`forge.code.data.check_policy`, one fixed seed): the solved and optimal shares a hotter or longer stage 1 leaves
+stage 2 to start from. Writes bench/results/code_rl_stage1.json.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
-import os
 import shutil
 import statistics
 import tempfile
 from pathlib import Path
 
-from code_rl_stage2 import grpo, held_out_check, latest, machine, parse_variant, write_report  # run as a script
+from code_rl_stage2 import (  # run as a script
+    bench_setup,
+    grpo,
+    held_out_check,
+    latest,
+    machine,
+    parse_variant,
+    variants_parser,
+    write_report,
+)
 
-from forge.config import load_profile
-from tasks.code import CURVES, stage_config
+from tasks.code import CURVES
 
 REPO = Path(__file__).resolve().parent.parent
 CORRECTNESS = "rewards/r_correctness/mean"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", default="tiny")
-    parser.add_argument("--checkout", type=Path, required=True, help="a checkout whose `forge run` has finished")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
-    parser.add_argument("--variants", nargs="+", default=["0.00005:20"], help="stage-1 runs, each LEARNING_RATE:STEPS[:PROMPTS]")
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "code_rl_stage1.json")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    load_before = os.getloadavg()
-    cfg = load_profile(args.profile)
-    stage1, stage2 = stage_config(cfg.code_rl, 1), stage_config(cfg.code_rl, 2)
+    args = variants_parser(__doc__, 1, [1, 2, 3]).parse_args()
+    load_before, cfg, stage1, stage2 = bench_setup(args)
     warmup = latest(".forge/models/code-warmup-*/config.json", args.checkout).parent
     kept1 = latest("rl-data/code/rl-stage1/v-*/rows.jsonl", args.checkout)
     check, held_out = held_out_check(cfg, stage2, cfg.seed)
@@ -77,7 +73,8 @@ def main() -> None:
                         "r_correctness_rise_min": round(min(rises), 4),
                         "runs_meeting_must_show": sum(r > 0 for r in rises),
                         "solved_after_mean": round(statistics.fmean(r["solved_after"] for r in mine), 4),
-                        "optimal_share_after_mean": round(statistics.fmean(r["optimal_share_after"] for r in mine), 4)})
+                        "optimal_share_after_mean": round(statistics.fmean(r["optimal_share_after"] for r in mine),
+                                                          4)})
     report = {
         "benchmark": "code_rl_stage1",
         "command": f"PYTHONPATH=. python bench/code_rl_stage1.py --profile {args.profile} --checkout {args.checkout} "

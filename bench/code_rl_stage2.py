@@ -6,15 +6,15 @@
 The stage-2 must-show of issue 13 (the share of fully passing answers in the optimal class rises from the stage-1
 to the stage-2 checkpoint, the solved share not falling by more than 0.10) read +0.14 on some hosts and within one
 standard error of zero on others with the same code and seed. One recipe run gives one draw; this gives several.
-From the stage-1 checkpoint and the stage-2 filter's kept problems of a finished ``forge run`` in ``--checkout``
-(its ``.forge/models`` and ``rl-data``), stage 2 is trained by :func:`forge.training.grpo.train_grpo` as
-tasks/code.py trains it (the profile's rewards, weights and settings) once per ``--variants`` entry
-(LEARNING_RATE:STEPS[:PROMPTS]) and ``--seeds`` entry. With ``--chain`` each seed first re-runs stage 1 from the recipe's
-code warm-up on its kept problems and stage 2's on-policy filter from that (the starting point a recipe on another
-host, whose arithmetic differs, reaches differently). The stage-1 and each stage-2 checkpoint are sampled on the
-held-out drills (:func:`forge.code.data.check_policy`, the profile's samples per problem, one fixed seed). Per run: the optimal-share rise and the solved-share change with their standard
-errors, the mean R_correctness / R_time over the first and last 20% of steps, seconds. Writes
-bench/results/code_rl_stage2.json.
+From the stage-1 checkpoint and the stage-2 filter's kept problems of a finished ``forge run`` in ``--checkout`` (its
+``.forge/models`` and ``rl-data``), stage 2 is trained by :func:`forge.training.grpo.train_grpo` as tasks/code.py
+trains it (the profile's rewards, weights and settings) once per ``--variants`` entry (LEARNING_RATE:STEPS[:PROMPTS])
+and ``--seeds`` entry. With ``--chain`` each seed first re-runs stage 1 from the recipe's code warm-up on its kept
+problems and stage 2's on-policy filter from that (the starting point a recipe on another host, whose arithmetic
+differs, reaches differently). The stage-1 and each stage-2 checkpoint are sampled on the held-out drills
+(:func:`forge.code.data.check_policy`, the profile's samples per problem, one fixed seed). Per run: the optimal-share
+rise and the solved-share change with their standard errors, the mean R_correctness / R_time over the first and last
+20% of steps, seconds. Writes bench/results/code_rl_stage2.json.
 """
 
 from __future__ import annotations
@@ -99,23 +99,35 @@ def grpo(cfg, stage, policy: Path, kept_file: Path, lr: float, steps: int, seed:
     return result, time.monotonic() - started
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def variants_parser(doc: str, stage: int, seeds: list[int]) -> argparse.ArgumentParser:
+    """The arguments both code RL benches take: profile, finished checkout, seeds, variants, report path."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--profile", default="tiny")
     parser.add_argument("--checkout", type=Path, required=True, help="a checkout whose `forge run` has finished")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--seeds", nargs="+", type=int, default=seeds)
     parser.add_argument("--variants", nargs="+", default=["0.00005:20"],
-                        help="stage-2 runs, each LEARNING_RATE:STEPS[:PROMPTS] (PROMPTS: the most informative kept "
-                             "problems trained on; default all, the profile's)")
-    parser.add_argument("--chain", action="store_true",
-                        help="per seed, also re-run stage 1 (from the warm-up) and stage 2's filter with that seed")
-    parser.add_argument("--check-seed", type=int, default=None, help="the check's sampling seed (default: the profile's)")
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "code_rl_stage2.json")
-    args = parser.parse_args()
+                        help=f"stage-{stage} runs, each LEARNING_RATE:STEPS[:PROMPTS] (PROMPTS: the most informative "
+                             "kept problems trained on; default all, the profile's)")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / f"code_rl_stage{stage}.json")
+    return parser
+
+
+def bench_setup(args):
+    """Logging on; the load average before the runs, the profile and its two code RL stages."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     load_before = os.getloadavg()
     cfg = load_profile(args.profile)
-    stage1, stage2 = stage_config(cfg.code_rl, 1), stage_config(cfg.code_rl, 2)
+    return load_before, cfg, stage_config(cfg.code_rl, 1), stage_config(cfg.code_rl, 2)
+
+
+def main() -> None:
+    parser = variants_parser(__doc__, 2, [0, 1, 2])
+    parser.add_argument("--chain", action="store_true",
+                        help="per seed, also re-run stage 1 (from the warm-up) and stage 2's filter with that seed")
+    parser.add_argument("--check-seed", type=int, default=None,
+                        help="the check's sampling seed (default: the profile's)")
+    args = parser.parse_args()
+    load_before, cfg, stage1, stage2 = bench_setup(args)
     check_seed = cfg.seed if args.check_seed is None else args.check_seed
     recipe_policy = latest(".forge/models/code-rl-stage1-*/config.json", args.checkout).parent
     recipe_kept = latest("rl-data/code/rl-stage2/v-*/rows.jsonl", args.checkout)
