@@ -2,14 +2,14 @@
 
     .venv/bin/python bench/bf16_cpu.py [--steps 16] [--rounds 5]
 
-``runtime.bf16: auto`` (configs/tiny.yaml) turns bf16 autocast on where the CPU has AMX tiles or AVX-512-BF16
-and leaves fp32 elsewhere (forge/config.py ``native_bf16``). This measures what that buys and what it would cost elsewhere: the tiny
-profile's model (its base sizes, a 4,096-token vocabulary, random weights and tokens) trained through a
-transformers ``Trainer`` built from Forge's ``common_trainer_args`` (so the autocast is the one every Trainer stage
-gets) at the pre-training shape (16 x 256) and the last SFT stage's (4 x 1,024), and sampling 48 tokens for 32
-prompts of 100 (a GRPO step's generation) in fp32, under autocast, and with bf16 weights. Sides alternate block by
-block; reported: milliseconds per step (median of blocks) and fp32 / bf16 ratios. Writes
-bench/results/bf16_cpu.json.
+``runtime.bf16: auto`` (configs/tiny.yaml) turns bf16 autocast on where it trains faster than fp32 (AMX tiles, or
+AVX-512-BF16 on an AMD CPU) and leaves fp32 elsewhere (forge/hardware.py ``bf16_pays_off``, whose rule comes from this
+bench's readings on each host kind). This measures what bf16 buys or costs on this CPU: the tiny profile's model (its
+base sizes, a 4,096-token vocabulary, random weights and tokens) trained through a transformers ``Trainer`` built from
+Forge's ``common_trainer_args`` (so the autocast is the one every Trainer stage gets) at the pre-training shape (16 x
+256) and the last SFT stage's (4 x 1,024), and sampling 48 tokens for 32 prompts of 100 (a GRPO step's generation) in
+fp32, under autocast, and with bf16 weights. Sides alternate block by block; reported: milliseconds per step (median of
+blocks) and fp32 / bf16 ratios. Writes bench/results/bf16_cpu.json.
 """
 
 from __future__ import annotations
@@ -106,8 +106,8 @@ def main() -> None:
     import torch
     import transformers
 
-    from forge.config import native_bf16
     from forge.data.versioning import cpu_kind
+    from forge.hardware import bf16_pays_off
 
     transformers.logging.set_verbosity_error()
     load = os.getloadavg()
@@ -140,7 +140,7 @@ def main() -> None:
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "cpu_kind": cpu_kind(),
                     "amx": bool(torch.cpu._is_amx_tile_supported()),
                     "avx512_bf16": bool(torch.cpu._is_avx512_bf16_supported()),
-                    "bf16_auto_resolves_to": native_bf16(), "torch": torch.__version__,
+                    "bf16_auto_resolves_to": bf16_pays_off(), "torch": torch.__version__,
                     "load_avg_before": [round(x, 2) for x in load],
                     "load_avg_after": [round(x, 2) for x in os.getloadavg()]},
         "steps_per_block": args.steps,

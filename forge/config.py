@@ -483,36 +483,12 @@ class GenerationConfig(Strict):
         return self
 
 
-def native_bf16() -> bool:
-    """Whether this process trains on hardware with bf16 matrix instructions: a CUDA GPU that supports bf16, or a CPU
-    with AMX tiles (Intel Sapphire Rapids and later) or AVX-512-BF16 (AMD Zen 4 and later, Intel Cooper Lake), where
-    oneDNN multiplies bf16 matrices natively. Elsewhere bf16 on a CPU is emulated, so ``runtime.bf16: auto`` leaves it
-    off. Measured: a tiny training step 1.57-1.75x faster with AMX, 1.46-1.51x with AVX-512-BF16 (docs/scale.md,
-    "bf16 on a CPU")."""
-    import torch
-
-    if torch.cuda.is_available():
-        return torch.cuda.is_bf16_supported()
-    return cpu_bf16_unit() is not None
-
-
-def cpu_bf16_unit() -> str | None:
-    """The CPU's bf16 matrix instructions oneDNN uses, ``"AMX"`` or ``"AVX512-BF16"``; None where it has neither."""
-    import torch
-
-    for name, label in (("_is_amx_tile_supported", "AMX"), ("_is_avx512_bf16_supported", "AVX512-BF16")):
-        probe = getattr(torch.cpu, name, None)
-        if probe is not None and probe():
-            return label
-    return None
-
-
 class TrainingRuntimeConfig(Strict):
     bf16: bool = Field(
         False, description="Mixed precision for every training stage (bf16 autocast over fp32 weights; frozen "
-        "reward models score in bf16). `auto` is resolved when the profile loads: on where the hardware has bf16 "
-        "matrix instructions (a bf16 GPU, a CPU with AMX or AVX-512-BF16), off elsewhere, so the loaded profile says "
-        "which it got.")
+        "reward models score in bf16). `auto` is resolved when the profile loads: on where bf16 trains faster than "
+        "fp32 (a bf16 GPU, a CPU with AMX, an AMD CPU with AVX-512-BF16; forge/hardware.py), off elsewhere, so the "
+        "loaded profile says which it got.")
     gradient_checkpointing: bool = False
     threads: int = Field(0, ge=0, description="torch threads; 0 = all cores.")
     fused_lm_head: bool = Field(
@@ -531,7 +507,11 @@ class TrainingRuntimeConfig(Strict):
     @field_validator("bf16", mode="before")
     @classmethod
     def _resolve_auto(cls, value: Any) -> Any:
-        return native_bf16() if value == "auto" else value
+        if value != "auto":
+            return value
+        from forge.hardware import bf16_pays_off
+
+        return bf16_pays_off()
 
 
 class ClusterConfig(Strict):

@@ -4,30 +4,33 @@ from pathlib import Path
 
 import pytest
 
-from forge.config import ConfigError, DomainShares, RecipeConfig, TrainingRuntimeConfig, load_profile, native_bf16
+from forge.config import ConfigError, DomainShares, RecipeConfig, TrainingRuntimeConfig, load_profile
+from forge.hardware import bf16_pays_off
 
 
 def test_tiny_profile_validates():
     cfg = load_profile("tiny")
     assert cfg.base.source == "build"
     assert [s.max_length for s in cfg.sft.curriculum] == [256, 512, 1024]  # tiny stand-in for 32k → 64k → 256k
-    assert cfg.runtime.bf16 is native_bf16()  # `auto`: bf16 where the CPU has bf16 instructions
+    assert cfg.runtime.bf16 is bf16_pays_off()  # `auto`: bf16 where it trains faster than fp32
 
 
 def test_bf16_auto_is_resolved_when_the_profile_loads():
-    """`auto` becomes what this hardware does natively; a profile's explicit choice is kept; anything else is refused
-    with the field named."""
+    """`auto` becomes what trains faster on this hardware: bf16 with AMX tiles or on an AMD CPU with AVX-512-BF16, fp32
+    on an Intel CPU with AVX-512-BF16 alone (1.7x slower in bf16: forge/hardware.py) and without bf16 instructions; a
+    profile's explicit choice is kept; anything else is refused with the field named."""
     import torch
 
-    # What the kernel says this CPU has, read apart from torch's probes: AMX tiles or AVX-512-BF16.
-    flags = set()
+    # What the kernel says this CPU is, read apart from torch's probes.
+    flags, vendor = set(), None
     if Path("/proc/cpuinfo").exists():
-        flags = {f for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")
-                 for f in line.split(":", 1)[1].split()}
-    native = bool(flags & {"amx_bf16", "avx512_bf16"})
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        flags = {f for line in lines if line.startswith("flags") for f in line.split(":", 1)[1].split()}
+        vendor = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("vendor_id")), None)
+    faster = "amx_bf16" in flags or ("avx512_bf16" in flags and vendor == "AuthenticAMD")
     if torch.cuda.is_available():
-        native = torch.cuda.is_bf16_supported()
-    assert TrainingRuntimeConfig(bf16="auto").bf16 is native
+        faster = torch.cuda.is_bf16_supported()
+    assert TrainingRuntimeConfig(bf16="auto").bf16 is faster
     assert TrainingRuntimeConfig(bf16=True).bf16 is True and TrainingRuntimeConfig(bf16=False).bf16 is False
     assert load_profile("tiny", {"runtime.bf16": False}).runtime.bf16 is False
     with pytest.raises(ConfigError, match="runtime.bf16"):

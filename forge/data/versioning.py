@@ -278,28 +278,10 @@ def cpu_kind() -> str:
 
     import torch
 
-    from forge.config import cpu_bf16_unit
+    from forge.hardware import cpu_bf16_unit, cpu_generation
 
-    kind = [platform.machine(), torch.backends.cpu.get_cpu_capability(), *_cpu_generation()]
-    unit = cpu_bf16_unit()
-    return " ".join([*kind, unit] if unit else kind)
-
-
-def _cpu_generation() -> list[str]:
-    """``["<vendor> <family>/<model>"]`` from /proc/cpuinfo (Linux), else nothing."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        return []
-    fields: dict[str, str] = {}
-    for line in text.splitlines():
-        if not line.strip():
-            break  # the first processor's block is enough
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip(), value.strip())
-    if not {"vendor_id", "cpu family", "model"} <= set(fields):
-        return []
-    return [f"{fields['vendor_id']} {fields['cpu family']}/{fields['model']}"]
+    kind = [platform.machine(), torch.backends.cpu.get_cpu_capability(), cpu_generation(), cpu_bf16_unit()]
+    return " ".join(k for k in kind if k)
 
 
 def built_on(dvc_text: str) -> str | None:
