@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tokenizers import AddedToken
+
 from forge.config import SFTConfig, SFTStageConfig, load_profile
 from forge.data.pools import iter_pretraining_texts
 from forge.generation.transformers_backend import TransformersBackend
@@ -66,6 +68,9 @@ def main() -> None:
                         help="SFT stages, each STEPS:LEARNING_RATE:ROWS (the first ROWS lookup solutions)")
     parser.add_argument("--modes", nargs="+", default=["no_loss", "negative_reward"])
     parser.add_argument("--no-control", action="store_true", help="skip the learning-rate-1e-12 control run")
+    parser.add_argument("--entity-tokens", action="store_true",
+                        help="add every page title to the tokenizer as one token (a whole-word match), so a name is "
+                        "one id wherever it is read or written")
     parser.add_argument("--work", type=Path, help="where the policy is prepared, or was (default: a temporary folder)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "agentic_rl.json")
     args = parser.parse_args()
@@ -91,6 +96,9 @@ def main() -> None:
     if not (work / "base").exists():
         tok = train_tokenizer(iter_pretraining_texts(ws.corpora, cfg.base.tokenizer.max_training_chars, cfg.seed),
                               cfg.base.tokenizer)
+        if args.entity_tokens:
+            titles = sorted({g.title(m) for m in g.entities})
+            tok.add_tokens([AddedToken(t, single_word=True, normalized=False) for t in titles])
         pages = [p.text for p in tools.pages]
         random.Random(cfg.seed).shuffle(pages)
         pretrain(build_model(base_cfg, tok), tok, pages, base_cfg, cfg.runtime, work / "base")
@@ -130,10 +138,11 @@ def main() -> None:
             [f"--profile {args.profile}", f"--hidden {args.hidden}", f"--layers {args.layers}",
              f"--pretrain-steps {args.pretrain_steps}", "--sft-stages " + " ".join(args.sft_stages),
              "--modes " + " ".join(args.modes)]
-            + (["--no-control"] if args.no_control else [])),
+            + (["--no-control"] if args.no_control else []) + (["--entity-tokens"] if args.entity_tokens else [])),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "omp_num_threads": os.environ.get("OMP_NUM_THREADS")},
-        "policy": {"size": f"{args.layers} layers × {args.hidden}", "pretrain_steps_on_pages": args.pretrain_steps,
+        "policy": {"size": f"{args.layers} layers × {args.hidden}", "entity_tokens": args.entity_tokens,
+                   "pretrain_steps_on_pages": args.pretrain_steps,
                    "sft_stages": [{"steps": a, "learning_rate": b, "rows": c} for a, b, c in stages],
                    "prepare_seconds": round(prepared, 1), "prepared_by_an_earlier_run": reused},
         "questions": {"rl": len(rl_qas), "heldout_eval": len(eval_qas),
