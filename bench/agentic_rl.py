@@ -8,7 +8,11 @@ its own, smaller and on the task: the tiny profile's tokenizer (BPE on the pre-t
 title on every line) and SFT'd on :class:`forge.search.lookups.LookupAgent`'s solutions to lookup questions
 (``--sft-stages``). The prepared policy is kept in ``--work`` and reused when found there. With the defaults it
 does not succeed yet: it never copies a name it has read (the result's ``note``), so this measures a null result
-until a policy that copies is built here.
+until a policy that copies is built here. ``--entity-tokens`` adds every page title to the tokenizer as one token (a
+whole-word match): a name is then one id in the question, in the call's arguments, in the tool response and in the
+answer, and every copy a lookup asks is "the latest name read" (the head at the end of the question, the tail at the
+end of the response), which an attention head can find by the token's kind and recency, not by matching the token
+before it (bench/copy_pretraining.py: that kind of copy did not form in any budget tried).
 
 Then the profile's ``agentic_rl`` stage runs from it (:func:`forge.training.agentic.train_agentic` in the environment
 :meth:`forge.search.rollout.SearchEnvironment.from_config` builds, as tasks/agentic.py does) on lookups held out
