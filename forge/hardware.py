@@ -66,31 +66,3 @@ def bf16_pays_off() -> bool:
         return torch.cuda.is_bf16_supported()
     unit = cpu_bf16_unit()
     return unit == "AMX" or (unit == "AVX512-BF16" and cpu_fields().get("vendor_id") == "AuthenticAMD")
-
-
-def flush_denormals() -> bool:
-    """Flush subnormal floats to zero (FTZ/DAZ) in this thread and in every thread of its OpenMP team; True when the
-    team's threads were reached too.
-
-    A trained tiny model's CPU step is 1.3x slower without it: by pre-training's step 90 enough of its values
-    (attention weights, gradients) are subnormal that each costs the CPU a slow-path microcode assist (an Intel 6/207,
-    2 threads, fp32, the recipe's base on its own pre-training blocks: 867-906 -> 657-666 ms a step; 2026-11-30,
-    docs/scale.md "Subnormal floats"). Values below 1.2e-38 become 0, which no training here can tell apart.
-
-    ``torch.set_flush_denormal`` sets only the calling thread's control register, and OpenMP's worker threads keep
-    the one they were started with; so each thread of the team runs it once, through one parallel region opened with
-    libgomp (the OpenMP runtime torch's CPU build ships). Threads started later inherit it from this one."""
-    import ctypes
-    import glob
-    import os
-
-    import torch
-
-    if not torch.set_flush_denormal(True):  # no FTZ/DAZ on this CPU (not x86 with SSE3)
-        return False
-    found = sorted(glob.glob(os.path.join(os.path.dirname(torch.__file__), "lib", "libgomp*.so*")))
-    if not found:
-        return False
-    region = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda _: torch.set_flush_denormal(True))
-    ctypes.CDLL(found[0]).GOMP_parallel(region, None, ctypes.c_uint(torch.get_num_threads()), ctypes.c_uint(0))
-    return True
