@@ -46,7 +46,7 @@ run: setup
 	$(VENV)/bin/forge run --profile $(PROFILE)
 
 test: setup browser
-	$(VENV)/bin/pytest -q -n 2 --dist loadfile --durations=25  # two workers, a test file each; the slowest tests in every log: the 30-minute budget is watched there
+	$(VENV)/bin/pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25  # two workers, a test file each, the costliest files first (tests/conftest.py); the slowest tests in every log: the 30-minute budget is watched there
 
 ui: setup
 	$(VENV)/bin/forge ui

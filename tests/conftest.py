@@ -23,6 +23,19 @@ WORKSPACE = configure_environment()
 import pytest
 
 
+def pytest_collection_modifyitems(items):
+    """The files marked ``cost(seconds)`` first, costliest first. `make test` hands whole files to its two workers
+    in this order (``--dist loadfile --no-loadscope-reorder``; xdist's own order puts the files with the most tests
+    first, so the recipe and stack scenarios, a few tests of minutes each, started last and ran alone at the end):
+    a worker busy with one of the long scenarios leaves the other to run the short files beside it."""
+    cost: dict = {}
+    for item in items:
+        marker = item.get_closest_marker("cost")
+        if marker:
+            cost[item.path] = max(cost.get(item.path, 0), marker.args[0])
+    items.sort(key=lambda item: -cost.get(item.path, 0))  # stable: each file's tests stay in their order
+
+
 @pytest.fixture(scope="session")
 def workspace():
     """The session's workspace: the real checkout (corpora/) with a scratch home."""

@@ -17,6 +17,8 @@ from forge.workspace import REPO_ROOT
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 from scratch import forge_env, scratch_checkout  # bench/ is not a package: on sys.path above
 
+pytestmark = pytest.mark.cost(900)
+
 
 @pytest.mark.slow
 def test_a_fresh_checkout_builds_the_committed_tiny_data(tmp_path):

@@ -20,7 +20,7 @@ from datasets import Dataset
 from tests.flows.checkout import forge, make_checkout, run_and_kill, run_status
 from tests.processes import processes_naming
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cost(650)]
 PROFILE = Path(__file__).resolve().parents[1] / "profiles" / "dist.yaml"
 # Each launched stage logs "<function>: launching 2 process(es)"; after the kill the resumed run launches these.
 INTERMEDIATE = 352  # the test's base checkpoint's MLP width: no profile builds one like it

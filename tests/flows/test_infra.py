@@ -18,6 +18,8 @@ import yaml
 
 from forge.workspace import REPO_ROOT
 
+pytestmark = pytest.mark.cost(150)
+
 
 def test_prefect_yaml_deployments_point_at_flows_with_valid_schedules():
     from prefect import Flow

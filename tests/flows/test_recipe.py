@@ -16,7 +16,7 @@ import pytest
 from forge.workspace import REPO_ROOT
 from tests.flows.checkout import forge, forge_env, make_checkout, run_and_kill, run_status
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cost(700)]
 PROFILE = REPO_ROOT / "configs" / "ci.yaml"
 TRAINING_STAGES = ("pretrain", "sft-1-ctx-128", "sft-2-ctx-256", "sft-3-ctx-512", "rm-pointwise", "grpo-pointwise",
                    "rm-pairwise", "grpo-pairwise", "code-warmup", "code-rl-filter-1", "code-rl-stage1",

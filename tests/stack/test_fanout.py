@@ -10,10 +10,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import fanout  # bench/ is not a package: on sys.path above
 
 from forge.fanout import MIN_BATCH
+
+pytestmark = pytest.mark.cost(300)
 
 
 def test_tiny_synthesis_on_two_ray_nodes_writes_the_in_process_files(tmp_path):

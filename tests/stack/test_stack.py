@@ -19,6 +19,8 @@ import pytest
 
 from forge.workspace import REPO_ROOT
 
+pytestmark = pytest.mark.cost(560)
+
 FORGE = str(Path(sys.executable).parent / "forge")
 PG = "postgresql://postgres@127.0.0.1:5432"
 

@@ -29,7 +29,7 @@ from forge.training.grpo import run_grpo
 from forge.training.sft import run_sft_stage
 from forge.training.tokenizer import train_tokenizer
 
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.slow, pytest.mark.cost(100),
               pytest.mark.skipif(not isolation_report().strong, reason="the sandbox refuses on this host")]
 OPS = ("max", "distinct", "sum", "count-max")
 RUNTIME = TrainingRuntimeConfig()

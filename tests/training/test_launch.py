@@ -20,6 +20,8 @@ from forge.training.launch import LaunchError, job_dir_for, run_training
 from forge.training.sft import run_sft_stage
 from tests.processes import processes_naming
 
+pytestmark = pytest.mark.cost(250)
+
 ONE = TrainingRuntimeConfig(fused_lm_head=False)
 TWO = TrainingRuntimeConfig(fused_lm_head=False, num_processes=2)
 STEPS = 16
