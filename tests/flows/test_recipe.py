@@ -331,8 +331,9 @@ def test_data_checkout_restores_the_data_a_model_was_trained_on(scenario):
 
 
 def test_two_profiles_in_one_checkout_each_keep_their_data(scenario):
-    # Another profile (here the CI one with another mix: name and sample) runs in the same checkout after the
-    # first: each run's models name their own data version, and either comes back whole.
+    # Another profile (here the CI one with another mix: name and sample, and without the code RL stages, which
+    # this test does not need) runs in the same checkout after the first: each run's models name their own data
+    # version, and either comes back whole.
     import mlflow
 
     from forge.data.versioning import data_status_clean, read_data_md5
@@ -341,7 +342,8 @@ def test_two_profiles_in_one_checkout_each_keep_their_data(scenario):
     uri = f"sqlite:///{root / '.forge' / 'mlflow' / 'mlflow.db'}"
     client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
     first = client.get_model_version_by_alias("forge-policy", "champion")
-    other = forge(root, "run", "--profile", str(PROFILE), "--set", "mix.name=sft-ci-other", "--set", "mix.seed=1")
+    other = forge(root, "run", "--profile", str(PROFILE), "--set", "mix.name=sft-ci-other", "--set", "mix.seed=1",
+                  "--set", "code_rl.enabled=false")
     assert other.returncode == 0, other.stdout[-3000:] + other.stderr[-3000:]
     newest = max(client.search_model_versions("name = 'forge-policy'"), key=lambda v: int(v.version))
     mine, theirs = first.tags["forge.data_md5"], newest.tags["forge.data_md5"]

@@ -81,6 +81,46 @@ def _checkout(root: Path) -> None:
                    check=True)
 
 
+def test_services_start_beside_each_other_each_once_what_it_needs_is_up():
+    """`up` and `down` schedule through one function: a service waits for those it names in ``after`` and no
+    longer; one that fails stops what needs it from starting, and its error is the one raised."""
+    import threading
+
+    from forge.stack import Service, StackError, _in_dependency_order
+
+    head, node, db, worker = (Service("head", []), Service("node", [], after=("head",)), Service("db", []),
+                              Service("worker", [], after=("db", "node")))
+    events: list[tuple[str, str]] = []
+    db_began = threading.Event()
+    head_saw_db = []
+
+    def work(service, needs, fail=()):
+        for need in needs:
+            need.result()
+        events.append(("begin", service.name))
+        if service.name == "db":
+            db_began.set()
+        if service.name == "head":  # had the two run one after the other, db would not have begun meanwhile
+            head_saw_db.append(db_began.wait(timeout=60))
+        if service.name in fail:
+            raise StackError(f"{service.name} did not come up")
+        events.append(("end", service.name))
+
+    _in_dependency_order([worker, node, head, db], work, lambda s: s.after, on_error=lambda: events.append(("x", "")))
+    assert head_saw_db == [True]
+    assert events.index(("begin", "node")) > events.index(("end", "head"))
+    assert events.index(("begin", "worker")) > max(events.index(("end", "node")), events.index(("end", "db")))
+    assert ("x", "") not in events
+
+    events.clear()
+    db_began.clear()
+    with pytest.raises(StackError, match="head did not come up"):
+        _in_dependency_order([head, node, db, worker], lambda s, n: work(s, n, fail=("head",)), lambda s: s.after,
+                             on_error=lambda: events.append(("x", "")))
+    assert ("begin", "node") not in events and ("begin", "worker") not in events  # nothing after the failure
+    assert ("end", "db") in events and events[-1] == ("x", "")  # what was starting finished, then all was stopped
+
+
 def _state_eventually(api: str, flow_run_id: str, wanted: str, within_s: float) -> str:
     """The flow run's state type on the stack's Prefect server once it is ``wanted`` or ``within_s`` passed."""
     import httpx
