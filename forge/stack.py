@@ -407,7 +407,7 @@ def _in_dependency_order(items: list[Service], work, needs_of, on_error) -> None
     with ThreadPoolExecutor(max_workers=max(1, len(items)), thread_name_prefix="forge-stack") as pool:
         for item in _topological(items, needs_of):
             futures[item.name] = pool.submit(work, item, [futures[n] for n in needs_of(item) if n in futures])
-    errors = [f.exception() for f in futures.values() if f.exception() is not None]
+    errors = [e for f in futures.values() if (e := f.exception()) is not None]
     if errors:
         on_error()
         raise errors[0]  # the first to fail in dependency order: those that needed it raise the same error
@@ -417,13 +417,14 @@ def _topological(items: list[Service], needs_of) -> list[Service]:
     """``items`` with every item after those it needs (their list order otherwise)."""
     names = {i.name for i in items}
     placed: list[Service] = []
-    left = list(items)
-    while left:
-        ready = [i for i in left if all(n not in names or n in {p.name for p in placed} for n in needs_of(i))]
-        if not ready:
-            raise StackError(f"services that need each other: {', '.join(i.name for i in left)}")
-        placed.append(ready[0])
-        left.remove(ready[0])
+    done: set[str] = set()
+    while len(placed) < len(items):
+        ready = next((i for i in items if i.name not in done and all(n in done or n not in names for n in needs_of(i))),
+                     None)
+        if ready is None:
+            raise StackError(f"services that need each other: {', '.join(sorted(names - done))}")
+        placed.append(ready)
+        done.add(ready.name)
     return placed
 
 
