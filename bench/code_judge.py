@@ -194,7 +194,30 @@ def cost_split(items, timeout: float) -> dict:
             run_python("pass\n", timeout_s=timeout, memory_mb=512)
 
     return {"cpu_ms_per_humaneval_execution": measure(lambda: run_forge(items, 1, timeout), len(items)),
-            "cpu_ms_per_empty_run": measure(empty_runs, 300)}
+            "cpu_ms_per_empty_run": measure(empty_runs, 300),
+            "cpu_ms_per_check_in_process": checks_in_process(items)}
+
+
+def checks_in_process(items) -> float:
+    """CPU of the checks themselves: every solution and its check run in this process, the check calling the
+    solution directly (no sandbox, no wire). What any judge pays for the work; the rest of an execution is the
+    judge's own cost. (HumanEval's canonical solutions and the bench's perturbed copies of them: dataset code,
+    not model-written.)"""
+    compiled = [(compile(p["prompt"] + c, "solution.py", "exec"), compile(p["test"], "<test>", "exec"), p["entry_point"])
+                for p, c, _ in items]
+
+    def once() -> None:
+        for solution, test, entry_point in compiled:
+            scope: dict = {"__name__": "solution"}
+            exec(solution, scope)  # noqa: S102
+            exec(test, scope)  # noqa: S102
+            with contextlib.suppress(Exception):  # the broken solutions fail their asserts
+                scope["check"](scope[entry_point])
+
+    once()  # warm
+    start = time.process_time()
+    once()
+    return round((time.process_time() - start) / len(items) * 1000, 3)
 
 
 def main() -> None:
