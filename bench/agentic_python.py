@@ -1,7 +1,9 @@
 """Measurement: does the tiny policy learn a tool episode whose every copy is token for token, of frequent tokens?
 
     PYTHONPATH=. .venv/bin/python bench/agentic_python.py [--work DIR] [--sft-steps 100] [--rl-lr 2e-4] \
-        [--fixed-width] [--split-digits]
+        [--fixed-width] [--split-digits] [--sft-from DIR] [--rl-temperature T] [--rl-steps N] \
+        [--rl-questions-per-step N] [--rl-seed S]
+    PYTHONPATH=. .venv/bin/python bench/agentic_python.py --plot OUT.png RESULT.json ...
 
 Why (issue 13): agentic RL's trajectory reward stays 0 at tiny scale because the policy does not copy a name it read
 (bench/agentic_copy.py, bench/copy_pretraining.py). Names are rare tokens, and with byte-level BPE their first token
@@ -19,7 +21,9 @@ it: ~9 min on 2 cores), then SFT on ``--rows`` scripted episodes (really run in 
 context, then greedy episodes on 64 held-out expressions through the loop agentic RL uses
 (forge.search.agents.ReActAgent → forge.search.rollout.run_episodes), then the profile's agentic RL
 (forge.training.agentic.train_agentic) on 400 other expressions. What is prepared in ``--work`` is reused when
-found there. Writes bench/results/agentic_python.json.
+found there (``--sft-from`` continues an earlier SFT for more steps). Writes bench/results/agentic_python.json.
+A run at ``--rl-lr 1e-12`` is the control of one at a real learning rate with the same ``--rl-seed``: the same
+questions in the same order, rolled out by the frozen policy, so a rise above it is learning, not easier questions.
 """
 
 from __future__ import annotations
@@ -79,17 +83,59 @@ def solve(qa: SearchQA, tools: SearchTools):
     return ep.finish(qa, "python", out.strip())
 
 
+def plot(results: list[Path], out: Path) -> None:
+    """Trajectory reward per RL step of result files (runs from one SFT checkpoint: trained against frozen, one
+    line each, paired runs of a seed in one colour), with each run's 5-step moving mean."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, path in enumerate(results):
+        rl = json.loads(path.read_text())["rl"]
+        values = rl["trajectory_reward_per_step"]
+        frozen = rl["learning_rate"] < 1e-9
+        label = f"seed {rl.get('seed', 0)}, " + ("frozen (lr 1e-12)" if frozen else f"trained (lr {rl['learning_rate']:g})")
+        colour = f"C{rl.get('seed', 0)}"
+        steps = range(1, len(values) + 1)
+        ax.plot(steps, values, color=colour, alpha=0.25, linestyle="--" if frozen else "-")
+        mean = [sum(values[max(0, j - 4) : j + 1]) / len(values[max(0, j - 4) : j + 1]) for j in range(len(values))]
+        ax.plot(steps, mean, color=colour, linestyle="--" if frozen else "-", linewidth=2, label=label)
+    ax.set_xlabel("agentic RL step")
+    ax.set_ylabel("trajectory reward (share of episodes answered right)")
+    ax.set_title("Agentic RL on python-tool episodes after 1,200 SFT steps (thin: per step, thick: 5-step mean)")
+    ax.title.set_fontsize(9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    print(f"wrote {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plot", type=Path, nargs="+", metavar=("OUT.png", "RESULT.json"),
+                        help="draw the RL curves of result files into OUT.png and stop")
     parser.add_argument("--work", type=Path, default=Path("/tmp/agentic-python"))
     parser.add_argument("--rows", type=int, default=2000)
     parser.add_argument("--sft-steps", type=int, default=100)
     parser.add_argument("--sft-lr", type=float, default=0.002)
+    parser.add_argument("--sft-from", type=Path, help="SFT from this checkpoint (an earlier run's SFT: more steps "
+                        "without redoing the first ones) instead of the base")
+    parser.add_argument("--sft-max-length", type=int, help="packed SFT rows of this many tokens (default: the "
+                        "agentic stage's context; an episode is ~60 tokens, so shorter rows make a step cheaper)")
     parser.add_argument("--rl-lr", type=float, default=2e-4)
+    parser.add_argument("--rl-temperature", type=float, default=1.0, help="rollout sampling temperature")
+    parser.add_argument("--rl-steps", type=int, help="agentic RL steps (default: the tiny profile's)")
+    parser.add_argument("--rl-seed", type=int, default=0, help="seed of RL's question order and sampling")
+    parser.add_argument("--rl-questions-per-step", type=int, help="questions per RL step (default: the profile's)")
     parser.add_argument("--fixed-width", action="store_true", help="two-digit factors 32-99, products of 4 digits")
     parser.add_argument("--split-digits", action="store_true", help="a base whose tokenizer splits every digit")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    if args.plot:
+        plot(args.plot[1:], args.plot[0])
+        return
     variant = ("-fixed" if args.fixed_width else "") + ("-digits" if args.split_digits else "")
     args.out = args.out or REPO / "bench" / "results" / f"agentic_python{variant}.json"
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -111,14 +157,19 @@ def main() -> None:
     qas = expressions(args.rows + 464, seed=0, fixed_width=args.fixed_width)
     sft_qas, rl_qas, eval_qas = qas[: args.rows], qas[args.rows : args.rows + 400], qas[args.rows + 400 :]
     rows = [solve(qa, tools).to_chat_sample() for qa in sft_qas]
-    sft_dir = args.work / f"sft-{args.sft_steps}-{args.sft_lr:g}-{args.rows}{variant}"
+    sft_length = args.sft_max_length or cfg.agentic_rl.context_tokens
+    sft_dir = args.work / (f"sft-{args.sft_steps}-{args.sft_lr:g}-{args.rows}-{sft_length}{variant}"
+                           + (f"-from-{args.sft_from.name}" if args.sft_from else ""))
     if not sft_dir.exists():
-        stage = SFTStageConfig(name="python-sft", max_length=cfg.agentic_rl.context_tokens, max_steps=args.sft_steps,
+        stage = SFTStageConfig(name="python-sft", max_length=sft_length, max_steps=args.sft_steps,
                                learning_rate=args.sft_lr, per_device_batch_size=8)
-        run_sft_stage(base, rows, rows[:16], stage, SFTConfig(packing=True, save_steps=10_000), cfg.runtime, sft_dir)
+        run_sft_stage(args.sft_from or base, rows, rows[:16], stage, SFTConfig(packing=True, save_steps=10_000), cfg.runtime, sft_dir)
     prepared = time.monotonic() - started
 
-    rl = cfg.agentic_rl.model_copy(update={"learning_rate": args.rl_lr, "max_tool_calls": 2})
+    rl = cfg.agentic_rl.model_copy(update={
+        "learning_rate": args.rl_lr, "max_tool_calls": 2, "temperature": args.rl_temperature,
+        "max_steps": args.rl_steps or cfg.agentic_rl.max_steps,
+        "questions_per_step": args.rl_questions_per_step or cfg.agentic_rl.questions_per_step})
 
     def greedy(model_dir: Path) -> dict:
         agent = ReActAgent(TransformersBackend(model_dir, batch_size=32, device="cpu"), max_turns=rl.max_tool_calls + 1,
@@ -130,22 +181,28 @@ def main() -> None:
                               "final": t.final_answer} for t in trajs[:8]]}
 
     before = greedy(sft_dir)
-    env = SearchEnvironment.from_config(tools, rl_qas, rl, seed=cfg.seed)
-    rl_dir = args.work / f"rl-{args.rl_lr:g}{variant}"
-    result = train_agentic(sft_dir, env, rl, cfg.runtime, rl_dir, seed=cfg.seed)
+    env = SearchEnvironment.from_config(tools, rl_qas, rl, seed=args.rl_seed)
+    rl_dir = args.work / f"rl-{args.rl_lr:g}-t{rl.temperature:g}-{rl.max_steps}x{rl.questions_per_step}-s{args.rl_seed}-{sft_dir.name}"
+    result = train_agentic(sft_dir, env, rl, cfg.runtime, rl_dir, seed=args.rl_seed)
     after = greedy(rl_dir)
     report = {
         "benchmark": "agentic_python",
-        "command": f"PYTHONPATH=. python bench/agentic_python.py --rows {args.rows} --sft-steps {args.sft_steps} "
-                   f"--sft-lr {args.sft_lr} --rl-lr {args.rl_lr}" + (" --fixed-width" if args.fixed_width else "")
+        "command": f"PYTHONPATH=. python bench/agentic_python.py --work {args.work} --rows {args.rows} --sft-steps {args.sft_steps} "
+                   f"--sft-lr {args.sft_lr} --sft-max-length {sft_length} --rl-lr {args.rl_lr}"
+                   + (f" --sft-from {args.sft_from}" if args.sft_from else "")
+                   + f" --rl-temperature {rl.temperature:g} --rl-steps {rl.max_steps}"
+                   + f" --rl-questions-per-step {rl.questions_per_step} --rl-seed {args.rl_seed}" + (" --fixed-width" if args.fixed_width else "")
                    + (" --split-digits" if args.split_digits else ""),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg": os.getloadavg()},
         "base": {"profile": "tiny", "split_digits": args.split_digits, "prepared_by_an_earlier_run": reused},
-        "sft": {"rows": len(rows), "steps": args.sft_steps, "learning_rate": args.sft_lr,
+        "sft": {"rows": len(rows), "steps": args.sft_steps, "learning_rate": args.sft_lr, "max_length": sft_length,
+                "from": str(args.sft_from) if args.sft_from else "base",
                 "scripted_correct": sum(solve(qa, tools).correct for qa in sft_qas[:50]) / 50},
         "prepare_seconds": round(prepared, 1),
         "heldout_greedy_before_rl": before,
-        "rl": {"learning_rate": args.rl_lr, "steps": rl.max_steps, "seconds": round(result.seconds, 1),
+        "rl": {"learning_rate": args.rl_lr, "steps": rl.max_steps, "temperature": rl.temperature,
+               "questions_per_step": rl.questions_per_step, "num_generations": rl.num_generations, "seed": args.rl_seed,
+               "seconds": round(result.seconds, 1),
                "trajectory_reward_per_step": [round(v, 4) for v in result.series("trajectory_reward")[1]],
                **{k: round(v, 4) for k, v in result.window_metrics(["trajectory_reward", "tool_calls",
                                                                      "turn_reward"]).items()}},
