@@ -16,8 +16,6 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export DVC_NO_ANALYTICS := 1
 export STREAMLIT_BROWSER_GATHER_USAGE_STATS := false
 export TOKENIZERS_PARALLELISM := false
-# Bytecode of what infra/compile_imports.py did not compile is written on first import, not recompiled every time.
-unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: setup setup-gpu run test ui clean browser
 setup: $(STAMP)

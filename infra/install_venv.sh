@@ -6,9 +6,7 @@
 # and the exact versions in constraints.txt. uv does not read pip's configuration, so pip's find-links, indexes
 # and certificate are handed to it; where uv fails for any reason, pip does the install. Measured on 2 cores
 # (README, "What it costs"): a fresh clone's venv in 47 s with uv's cache warm, 109 s with it empty, against
-# ~150 s (quiet) to 311 s (loaded) for pip; the same 294 packages. Since infra/compile_imports.py compiles only what
-# Forge imports (not uv's --compile-bytecode of every file), a warm-cache build takes ~45 s instead of ~60 on an Intel
-# host with AMX (2026-11-30).
+# ~150 s (quiet) to 311 s (loaded) for pip; the same 294 packages.
 #
 # `make setup-gpu` (a CUDA machine) runs it with FORGE_EXTRAS=gpu,dev FORGE_CONSTRAINTS=constraints-gpu.txt: the same
 # torch release, which PyPI serves as its CUDA build there, and vLLM / DeepSpeed at the versions vLLM's pins resolve to
@@ -28,17 +26,14 @@ pip_setting() {  # pip's effective value of a global option: its environment var
 
 with_uv() {
   "$py" -m pip install -q uv==0.13.9 2>&1 | quiet
-  local args=(--python "$py" --index-strategy unsafe-best-match -c "$constraints")
+  local args=(--python "$py" --compile-bytecode --index-strategy unsafe-best-match -c "$constraints")
   local value
   for value in $(pip_setting find-links); do args+=(--find-links "$value"); done
   for value in $(pip_setting extra-index-url); do args+=(--extra-index-url "$value"); done
   value=$(pip_setting index-url); [ -z "$value" ] || args+=(--index-url "$value")
   value=$(pip_setting cert); [ -z "$value" ] || export SSL_CERT_FILE="$value"
+  # --compile-bytecode: PYTHONDONTWRITEBYTECODE=1 is common here, and every import is then ~2x slower (docs/stack.md).
   "$venv/bin/uv" pip install -q "${args[@]}" torch==2.13.0 -e ".[$extras]"
-  # Bytecode for what Forge imports, not uv's --compile-bytecode of all ~40k files (~50 s of ~60 here): with
-  # PYTHONDONTWRITEBYTECODE=1 set (common here) every import of an uncompiled module is ~2x slower (docs/stack.md).
-  PYTHONDONTWRITEBYTECODE= HF_HUB_OFFLINE=1 "$py" infra/compile_imports.py ||
-    echo "could not compile Forge's imports ahead: they compile on first use"
 }
 
 with_pip() {
