@@ -92,19 +92,20 @@ def plot(results: list[Path], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    for i, path in enumerate(results):
+    for path in results:
         rl = json.loads(path.read_text())["rl"]
         values = rl["trajectory_reward_per_step"]
         frozen = rl["learning_rate"] < 1e-9
-        label = f"seed {rl.get('seed', 0)}, " + ("frozen (lr 1e-12)" if frozen else f"trained (lr {rl['learning_rate']:g})")
-        colour = f"C{rl.get('seed', 0)}"
+        seed = rl.get("seed", 0)
+        label = f"seed {seed}, " + ("frozen (lr 1e-12)" if frozen else f"trained (lr {rl['learning_rate']:g})")
+        style = {"color": f"C{seed}", "linestyle": "--" if frozen else "-"}
         steps = range(1, len(values) + 1)
-        ax.plot(steps, values, color=colour, alpha=0.25, linestyle="--" if frozen else "-")
-        mean = [sum(values[max(0, j - 4) : j + 1]) / len(values[max(0, j - 4) : j + 1]) for j in range(len(values))]
-        ax.plot(steps, mean, color=colour, linestyle="--" if frozen else "-", linewidth=2, label=label)
+        ax.plot(steps, values, alpha=0.25, **style)
+        windows = [values[max(0, j - 4) : j + 1] for j in range(len(values))]
+        ax.plot(steps, [sum(w) / len(w) for w in windows], linewidth=2, label=label, **style)
     ax.set_xlabel("agentic RL step")
     ax.set_ylabel("trajectory reward (share of episodes answered right)")
-    ax.set_title("Agentic RL on python-tool episodes after 1,200 SFT steps (thin: per step, thick: 5-step mean)")
+    ax.set_title("Agentic RL on python-tool episodes, trained against frozen (thin: per step, thick: 5-step mean)")
     ax.title.set_fontsize(9)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -163,7 +164,8 @@ def main() -> None:
     if not sft_dir.exists():
         stage = SFTStageConfig(name="python-sft", max_length=sft_length, max_steps=args.sft_steps,
                                learning_rate=args.sft_lr, per_device_batch_size=8)
-        run_sft_stage(args.sft_from or base, rows, rows[:16], stage, SFTConfig(packing=True, save_steps=10_000), cfg.runtime, sft_dir)
+        run_sft_stage(args.sft_from or base, rows, rows[:16], stage, SFTConfig(packing=True, save_steps=10_000),
+                      cfg.runtime, sft_dir)
     prepared = time.monotonic() - started
 
     rl = cfg.agentic_rl.model_copy(update={
@@ -182,16 +184,19 @@ def main() -> None:
 
     before = greedy(sft_dir)
     env = SearchEnvironment.from_config(tools, rl_qas, rl, seed=args.rl_seed)
-    rl_dir = args.work / f"rl-{args.rl_lr:g}-t{rl.temperature:g}-{rl.max_steps}x{rl.questions_per_step}-s{args.rl_seed}-{sft_dir.name}"
+    rl_dir = args.work / (f"rl-{args.rl_lr:g}-t{rl.temperature:g}-{rl.max_steps}x{rl.questions_per_step}"
+                          f"-s{args.rl_seed}-{sft_dir.name}")
     result = train_agentic(sft_dir, env, rl, cfg.runtime, rl_dir, seed=args.rl_seed)
     after = greedy(rl_dir)
     report = {
         "benchmark": "agentic_python",
-        "command": f"PYTHONPATH=. python bench/agentic_python.py --work {args.work} --rows {args.rows} --sft-steps {args.sft_steps} "
+        "command": f"PYTHONPATH=. python bench/agentic_python.py --work {args.work} --rows {args.rows} "
+                   f"--sft-steps {args.sft_steps} "
                    f"--sft-lr {args.sft_lr} --sft-max-length {sft_length} --rl-lr {args.rl_lr}"
                    + (f" --sft-from {args.sft_from}" if args.sft_from else "")
                    + f" --rl-temperature {rl.temperature:g} --rl-steps {rl.max_steps}"
-                   + f" --rl-questions-per-step {rl.questions_per_step} --rl-seed {args.rl_seed}" + (" --fixed-width" if args.fixed_width else "")
+                   + f" --rl-questions-per-step {rl.questions_per_step} --rl-seed {args.rl_seed}"
+                   + (" --fixed-width" if args.fixed_width else "")
                    + (" --split-digits" if args.split_digits else ""),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg": os.getloadavg()},
         "base": {"profile": "tiny", "split_digits": args.split_digits, "prepared_by_an_earlier_run": reused},
@@ -201,7 +206,8 @@ def main() -> None:
         "prepare_seconds": round(prepared, 1),
         "heldout_greedy_before_rl": before,
         "rl": {"learning_rate": args.rl_lr, "steps": rl.max_steps, "temperature": rl.temperature,
-               "questions_per_step": rl.questions_per_step, "num_generations": rl.num_generations, "seed": args.rl_seed,
+               "questions_per_step": rl.questions_per_step, "num_generations": rl.num_generations,
+               "seed": args.rl_seed,
                "seconds": round(result.seconds, 1),
                "trajectory_reward_per_step": [round(v, 4) for v in result.series("trajectory_reward")[1]],
                **{k: round(v, 4) for k, v in result.window_metrics(["trajectory_reward", "tool_calls",

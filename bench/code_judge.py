@@ -203,8 +203,10 @@ def checks_in_process(items) -> float:
     solution directly (no sandbox, no wire). What any judge pays for the work; the rest of an execution is the
     judge's own cost. (HumanEval's canonical solutions and the bench's perturbed copies of them: dataset code,
     not model-written.)"""
-    compiled = [(compile(p["prompt"] + c, "solution.py", "exec"), compile(p["test"], "<test>", "exec"), p["entry_point"])
-                for p, c, _ in items]
+    compiled = [
+        (compile(p["prompt"] + c, "solution.py", "exec"), compile(p["test"], "<test>", "exec"), p["entry_point"])
+        for p, c, _ in items
+    ]
 
     def once() -> None:
         for solution, test, entry_point in compiled:
