@@ -15,6 +15,7 @@ clearly the best class beat the next plausible one.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import re
@@ -126,8 +127,7 @@ def measure(
     if problem.generate is None:
         raise ValueError(f"{problem.id} has no input generator: it cannot be timed")
     sizes = list(sizes or problem.sizes)
-    rng = random.Random(f"{problem.id}:time:{seed}")
-    inputs = {n: problem.generate(n, rng) for n in sizes}
+    inputs = dict(zip(sizes, timing_inputs(problem.id, problem.generate, tuple(sizes), seed)))
     options = {"lang": lang, "time_limit_s": time_limit_s, "memory_mb": memory_mb, "max_restarts": 0}
     first = run_tests(program, [Test.stdio(inputs[n]) for n in sizes], **options)
     best: dict[int, float] = {}
@@ -145,6 +145,16 @@ def measure(
             if outcome.passed:
                 best[n] = min(best[n], _seconds(outcome))
     return [(n, best[n]) for n in done], timed_out
+
+
+@functools.lru_cache(maxsize=32)
+def timing_inputs(problem_id: str, generate, sizes: tuple[int, ...], seed: int) -> tuple[str, ...]:
+    """The inputs a problem's programs are timed on, one per size: the same for every program judged on that
+    problem with that seed, so generated once per process (a drill's six sizes are 252,000 random numbers,
+    ~0.2 s to draw and write; code RL times hundreds of programs on a few dozen problems). At most 32 problems
+    are kept (a drill's inputs are ~2.5 MB)."""
+    rng = random.Random(f"{problem_id}:time:{seed}")
+    return tuple(generate(n, rng) for n in sizes)
 
 
 def _seconds(outcome) -> float:

@@ -41,6 +41,19 @@ def test_flat_timings_are_constant_even_with_a_step():
     assert classify(points)[0] == "O(1)"
 
 
+def test_a_problems_timing_inputs_are_drawn_once_and_the_same_as_drawn_afresh():
+    from forge.code.complexity import timing_inputs
+
+    problem = next(iter(FORGE.values()))
+    timing_inputs.cache_clear()
+    first = timing_inputs(problem.id, problem.generate, problem.sizes, 0)
+    again = timing_inputs(problem.id, problem.generate, problem.sizes, 0)
+    assert again is first and timing_inputs.cache_info().hits == 1
+    rng = random.Random(f"{problem.id}:time:0")  # what measure() drew for every program before the cache
+    assert first == tuple(problem.generate(n, rng) for n in problem.sizes)
+    assert timing_inputs(problem.id, problem.generate, problem.sizes, 1) != first  # another seed, other inputs
+
+
 @needs_sandbox
 def test_labelled_solutions_are_classified_at_least_90_percent_right():
     from concurrent.futures import ThreadPoolExecutor
