@@ -113,7 +113,7 @@ def measure(
     problem: Problem,
     sizes: Sequence[int] | None = None,
     repeats: int = 5,
-    time_limit_s: float = 1.0,
+    time_limit_s: float | None = None,
     memory_mb: int = 512,
     seed: int = 0,
     lang: str = "python",
@@ -123,10 +123,12 @@ def measure(
 
     Two sandboxed batches: one ascending pass that stops at the first size past the limit, then the remaining
     repeats interleaved across sizes (a burst of load then inflates one run of several sizes, not every run of
-    one size). Seconds are the candidate's CPU time where the harness could read it, else wall time."""
+    one size). Seconds are the candidate's CPU time where the harness could read it, else wall time.
+    ``time_limit_s``: the wall-clock limit of one size (default: the problem's ``timing_limit_s``)."""
     if problem.generate is None:
         raise ValueError(f"{problem.id} has no input generator: it cannot be timed")
     sizes = list(sizes or problem.sizes)
+    time_limit_s = time_limit_s or problem.timing_limit_s
     inputs = dict(zip(sizes, timing_inputs(problem.id, problem.generate, tuple(sizes), seed)))
     options = {"lang": lang, "time_limit_s": time_limit_s, "memory_mb": memory_mb, "max_restarts": 0}
     first = run_tests(program, [Test.stdio(inputs[n]) for n in sizes], **options)

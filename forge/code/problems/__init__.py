@@ -54,6 +54,7 @@ class Problem:
     complexity: str = ""  # the reference's class (stdio problems)
     generate: Callable[[int, random.Random], str] | None = field(default=None, repr=False)
     sizes: tuple[int, ...] = ()  # sizes for the complexity judge
+    timing_limit_s: float = 1.0  # the complexity judge's wall-clock limit for one timed size
     before: Solution | None = None  # a correct but slower solution (the paper's Appendix C "before")
     labelled: tuple[Solution, ...] = ()  # more solutions with known classes (the complexity judge's test set)
     title: str = ""

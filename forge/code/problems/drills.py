@@ -30,9 +30,14 @@ from forge.code.problems import Problem
 from forge.code.runner import Test
 from forge.data.schemas import ChatSample, Message
 
-# Timing sizes for the complexity judge: a linear program runs them all in milliseconds; a quadratic one runs past
-# the judge's 1 s limit by the third, is left "unknown" (R_time 0, as O(n^2) would get) and costs ~1 s to judge.
+# Timing sizes for the complexity judge: a linear program runs them all in milliseconds (the slowest reference, 49 ms
+# of CPU at 128,000 on an AMD EPYC 25/17); a quadratic one runs past the limit within the first three, is left
+# "unknown" (R_time 0, as O(n^2) would get). The limit is 0.3 s, not the judge's default 1 s: six times the slowest
+# reference's largest size, and a quadratic reference then costs ~0.5 s to judge instead of 1.4-2.1 s (one with an
+# early exit that finished four sizes under 1 s was also timed four times more: 5.5 s), which code RL pays for
+# every one its policy writes (2026-11-30).
 SIZES = (4000, 8000, 16000, 32000, 64000, 128000)
+TIMING_LIMIT_S = 0.3
 TEST_SIZES = (1, 2, 3, 5, 8, 13, 30)
 SPLITS = {"sft": 0, "rl": 1_000, "eval": 2_000}  # seed offsets: the splits never share a problem
 READ = "a = list(map(int, input().split()))\n"
@@ -129,7 +134,7 @@ def build_problem(op: DrillOp, split: str, index: int) -> Problem:
         tests.append(Test.stdio(" ".join(map(str, values)) + "\n", op.answer(values) + "\n"))
     return Problem(id=pid, source="drills", kind="stdio", statement=statement, tests=tuple(tests),
                    reference=program(op.fast), complexity="O(n)", generate=_timing_input, sizes=SIZES,
-                   title=f"drill: {op.id}")
+                   timing_limit_s=TIMING_LIMIT_S, title=f"drill: {op.id}")
 
 
 def drill_problems(split: str = "rl", per_op: int = 3, ops: tuple[str, ...] | None = None) -> list[Problem]:
