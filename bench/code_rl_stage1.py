@@ -49,12 +49,12 @@ def main() -> None:
     runs = []
     work = Path(tempfile.mkdtemp(prefix="code-rl-stage1-"))
     for seed in args.seeds:
-        for lr, steps, prompts in map(parse_variant, args.variants):
-            out = work / f"seed{seed}-lr{lr:g}-steps{steps}-prompts{prompts}"
-            result, seconds = grpo(cfg, stage1, warmup, kept1, lr, steps, seed, out, prompts)
+        for variant in map(parse_variant, args.variants):
+            out = work / f"seed{seed}-{variant.name()}"
+            result, seconds = grpo(cfg, stage1, warmup, kept1, variant, seed, out)
             windows = result.window_metrics(CURVES)
             after = check(out)
-            runs.append({"learning_rate": lr, "steps": steps, "max_prompts": prompts, "seed": seed,
+            runs.append({**variant.fields(), "seed": seed,
                          "train_seconds": round(seconds, 1),
                          "r_correctness_rise": round(windows[f"{CORRECTNESS}_last20"]
                                                      - windows[f"{CORRECTNESS}_first20"], 4),
@@ -65,10 +65,10 @@ def main() -> None:
     shutil.rmtree(work)
 
     summary = []
-    for lr, steps, prompts in map(parse_variant, args.variants):
-        mine = [r for r in runs if (r["learning_rate"], r["steps"], r["max_prompts"]) == (lr, steps, prompts)]
+    for variant in map(parse_variant, args.variants):
+        mine = [r for r in runs if all(r[k] == v for k, v in variant.fields().items())]
         rises = [r["r_correctness_rise"] for r in mine]
-        summary.append({"learning_rate": lr, "steps": steps, "max_prompts": prompts, "runs": len(mine),
+        summary.append({**variant.fields(), "runs": len(mine),
                         "r_correctness_rise_mean": round(statistics.fmean(rises), 4),
                         "r_correctness_rise_min": round(min(rises), 4),
                         "runs_meeting_must_show": sum(r > 0 for r in rises),

@@ -29,6 +29,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from transformers import AutoTokenizer
 
@@ -77,19 +78,37 @@ def write_report(out: Path, report: dict) -> None:
     print(f"wrote {out}")
 
 
-def parse_variant(variant: str) -> tuple[float, int, int | None]:
-    """``LEARNING_RATE:STEPS[:PROMPTS]`` -> (learning rate, steps, max prompts or None for the profile's)."""
-    lr, steps, *prompts = variant.split(":")
-    return float(lr), int(steps), int(prompts[0]) if prompts else None
+class Variant(NamedTuple):
+    """One stage run's settings: learning rate, steps, and (None: the profile's) max prompts and KL weight."""
+
+    lr: float
+    steps: int
+    prompts: int | None = None
+    beta: float | None = None
+
+    def fields(self) -> dict:
+        return {"learning_rate": self.lr, "steps": self.steps, "max_prompts": self.prompts, "beta": self.beta}
+
+    def name(self) -> str:
+        return f"lr{self.lr:g}-steps{self.steps}-prompts{self.prompts}-beta{self.beta}"
 
 
-def grpo(cfg, stage, policy: Path, kept_file: Path, lr: float, steps: int, seed: int, out: Path,
-         max_prompts: int | None = None):
-    """One code RL stage as tasks/code.py::code_grpo_task trains it, at ``lr`` for ``steps`` on the ``max_prompts``
-    most informative kept problems (default: the profile's): (result, seconds)."""
-    settings = stage.settings.model_copy(update={"learning_rate": lr, "max_steps": steps})
-    if max_prompts is not None:
-        settings = settings.model_copy(update={"max_prompts": max_prompts})
+def parse_variant(variant: str) -> Variant:
+    """``LEARNING_RATE:STEPS[:PROMPTS[:BETA]]`` (an empty PROMPTS: the profile's), e.g. ``0.0001:20::0.04``."""
+    lr, steps, *rest = variant.split(":")
+    prompts, beta = (rest + ["", ""])[:2]
+    return Variant(float(lr), int(steps), int(prompts) if prompts else None, float(beta) if beta else None)
+
+
+def grpo(cfg, stage, policy: Path, kept_file: Path, variant: Variant, seed: int, out: Path):
+    """One code RL stage as tasks/code.py::code_grpo_task trains it, with ``variant``'s learning rate, steps, most
+    informative kept problems and KL weight (where it names them; else the profile's): (result, seconds)."""
+    update = {"learning_rate": variant.lr, "max_steps": variant.steps}
+    if variant.prompts is not None:
+        update["max_prompts"] = variant.prompts
+    if variant.beta is not None:
+        update["beta"] = variant.beta
+    settings = stage.settings.model_copy(update=update)
     prompts = grpo_prompts(kept_file, settings, AutoTokenizer.from_pretrained(policy))
     rewards = CodeRewards({p.id: p for p in rl_problems(stage)}, stage.format_weight, stage.time_weight)
     started = time.monotonic()
@@ -106,8 +125,8 @@ def variants_parser(doc: str, stage: int, seeds: list[int]) -> argparse.Argument
     parser.add_argument("--checkout", type=Path, required=True, help="a checkout whose `forge run` has finished")
     parser.add_argument("--seeds", nargs="+", type=int, default=seeds)
     parser.add_argument("--variants", nargs="+", default=["0.00005:20"],
-                        help=f"stage-{stage} runs, each LEARNING_RATE:STEPS[:PROMPTS] (PROMPTS: the most informative "
-                             "kept problems trained on; default all, the profile's)")
+                        help=f"stage-{stage} runs, each LEARNING_RATE:STEPS[:PROMPTS[:BETA]] (PROMPTS: the most "
+                             "informative kept problems trained on, BETA: the KL weight; default the profile's)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / f"code_rl_stage{stage}.json")
     return parser
 
@@ -142,8 +161,8 @@ def main() -> None:
         policy, kept_file, start = recipe_policy, recipe_kept, {"seed": seed, "stage1": "the recipe's"}
         if args.chain:  # a stage-1 checkpoint and stage-2 problems of this seed's own
             policy = work / f"stage1-seed{seed}"
-            result, seconds = grpo(cfg, stage1, warmup, kept1, stage1.settings.learning_rate,
-                                   stage1.settings.max_steps, seed, policy)
+            result, seconds = grpo(cfg, stage1, warmup, kept1,
+                                   Variant(stage1.settings.learning_rate, stage1.settings.max_steps), seed, policy)
             with local_backend(cfg.generation, str(policy)) as backend:
                 rows = filter_rl(backend, rl_problems(stage2), 2, stage2.num_rollouts,
                                  (stage2.keep_k_min, stage2.keep_k_max), temperature=stage2.filter_temperature,
@@ -157,11 +176,11 @@ def main() -> None:
         start |= {"check": before, "optimal_share_before": round(before.optimal_share, 4),
                   "solved_before": round(before.solved, 4)}
         starts.append(start)
-        for lr, steps, prompts in map(parse_variant, args.variants):
-            out = work / f"seed{seed}-lr{lr:g}-steps{steps}-prompts{prompts}"
-            result, seconds = grpo(cfg, stage2, policy, kept_file, lr, steps, seed, out, prompts)
+        for variant in map(parse_variant, args.variants):
+            out = work / f"seed{seed}-{variant.name()}"
+            result, seconds = grpo(cfg, stage2, policy, kept_file, variant, seed, out)
             after = check(out)
-            runs.append({"learning_rate": lr, "steps": steps, "max_prompts": prompts, "seed": seed,
+            runs.append({**variant.fields(), "seed": seed,
                          "train_seconds": round(seconds, 1),
                          **{k: round(v, 4) for k, v in compare_checks(before, after).items()},
                          "optimal_share_before": round(before.optimal_share, 4),
@@ -172,11 +191,11 @@ def main() -> None:
 
     shutil.rmtree(work)  # the checkpoints: only the readings are kept
     summary = []
-    for lr, steps, prompts in map(parse_variant, args.variants):
-        mine = [r for r in runs if (r["learning_rate"], r["steps"], r["max_prompts"]) == (lr, steps, prompts)]
+    for variant in map(parse_variant, args.variants):
+        mine = [r for r in runs if all(r[k] == v for k, v in variant.fields().items())]
         rises = [r["check_optimal_rise"] for r in mine]
         solved = [r["check_solved_change"] for r in mine]
-        summary.append({"learning_rate": lr, "steps": steps, "max_prompts": prompts, "runs": len(mine),
+        summary.append({**variant.fields(), "runs": len(mine),
                         "optimal_rise_mean": round(statistics.fmean(rises), 4),
                         "optimal_rise_min": round(min(rises), 4),
                         "solved_change_mean": round(statistics.fmean(solved), 4),
