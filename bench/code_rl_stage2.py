@@ -79,30 +79,36 @@ def write_report(out: Path, report: dict) -> None:
 
 
 class Variant(NamedTuple):
-    """One stage run's settings: learning rate, steps, and (None: the profile's) max prompts and KL weight."""
+    """One stage run's settings: learning rate, steps, and (None: the profile's) max prompts, KL weight and R_time's
+    weight."""
 
     lr: float
     steps: int
     prompts: int | None = None
     beta: float | None = None
+    time_weight: float | None = None
 
     def fields(self) -> dict:
-        return {"learning_rate": self.lr, "steps": self.steps, "max_prompts": self.prompts, "beta": self.beta}
+        return {"learning_rate": self.lr, "steps": self.steps, "max_prompts": self.prompts, "beta": self.beta,
+                "time_weight": self.time_weight}
 
     def name(self) -> str:
-        return f"lr{self.lr:g}-steps{self.steps}-prompts{self.prompts}-beta{self.beta}"
+        return f"lr{self.lr:g}-steps{self.steps}-prompts{self.prompts}-beta{self.beta}-time{self.time_weight}"
 
 
 def parse_variant(variant: str) -> Variant:
-    """``LEARNING_RATE:STEPS[:PROMPTS[:BETA]]`` (an empty PROMPTS: the profile's), e.g. ``0.0001:20::0.04``."""
+    """``LEARNING_RATE:STEPS[:PROMPTS[:BETA[:TIME_WEIGHT]]]`` (an empty field: the profile's), e.g. ``0.0001:20::0.04``
+    or ``0.0001:20:::0.5``."""
     lr, steps, *rest = variant.split(":")
-    prompts, beta = (rest + ["", ""])[:2]
-    return Variant(float(lr), int(steps), int(prompts) if prompts else None, float(beta) if beta else None)
+    prompts, beta, time_weight = (rest + ["", "", ""])[:3]
+    return Variant(float(lr), int(steps), int(prompts) if prompts else None, float(beta) if beta else None,
+                   float(time_weight) if time_weight else None)
 
 
 def grpo(cfg, stage, policy: Path, kept_file: Path, variant: Variant, seed: int, out: Path):
     """One code RL stage as tasks/code.py::code_grpo_task trains it, with ``variant``'s learning rate, steps, most
-    informative kept problems and KL weight (where it names them; else the profile's): (result, seconds)."""
+    informative kept problems, KL weight and R_time weight (where it names them; else the profile's): (result,
+    seconds)."""
     update = {"learning_rate": variant.lr, "max_steps": variant.steps}
     if variant.prompts is not None:
         update["max_prompts"] = variant.prompts
@@ -110,7 +116,8 @@ def grpo(cfg, stage, policy: Path, kept_file: Path, variant: Variant, seed: int,
         update["beta"] = variant.beta
     settings = stage.settings.model_copy(update=update)
     prompts = grpo_prompts(kept_file, settings, AutoTokenizer.from_pretrained(policy))
-    rewards = CodeRewards({p.id: p for p in rl_problems(stage)}, stage.format_weight, stage.time_weight)
+    time_weight = stage.time_weight if variant.time_weight is None else variant.time_weight
+    rewards = CodeRewards({p.id: p for p in rl_problems(stage)}, stage.format_weight, time_weight)
     started = time.monotonic()
     result = train_grpo(cfg.runtime, out, policy_dir=policy, prompts=prompts, reward_funcs=rewards.funcs(),
                         settings=settings, seed=seed, stage=f"code-rl-stage{stage.stage}",
@@ -125,8 +132,9 @@ def variants_parser(doc: str, stage: int, seeds: list[int]) -> argparse.Argument
     parser.add_argument("--checkout", type=Path, required=True, help="a checkout whose `forge run` has finished")
     parser.add_argument("--seeds", nargs="+", type=int, default=seeds)
     parser.add_argument("--variants", nargs="+", default=["0.00005:20"],
-                        help=f"stage-{stage} runs, each LEARNING_RATE:STEPS[:PROMPTS[:BETA]] (PROMPTS: the most "
-                             "informative kept problems trained on, BETA: the KL weight; default the profile's)")
+                        help=f"stage-{stage} runs, each LEARNING_RATE:STEPS[:PROMPTS[:BETA[:TIME_WEIGHT]]] (PROMPTS: "
+                             "the most informative kept problems trained on, BETA: the KL weight, TIME_WEIGHT: R_time's; "
+                             "an empty field: the profile's)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / f"code_rl_stage{stage}.json")
     return parser
 
