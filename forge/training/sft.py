@@ -7,8 +7,8 @@ a reviewer rejected has ``loss=False`` and is context only).
 
 How the mask reaches the loss in TRL 1.16: a pre-tokenized dataset (it has ``input_ids``) skips TRL's
 tokenization; ``_prepare_dataset`` then builds a ``labels`` column from ``completion_mask`` when
-``completion_only_loss=True`` (token kept where the mask is 1, -100 elsewhere) and drops fully-masked
-rows; the collator pads ``labels`` with -100. :func:`build_sft_trainer` returns the trainer without
+``completion_only_loss=True`` (token kept where the mask is 1, -100 elsewhere) and, unless it packs, drops
+fully-masked rows; the collator pads ``labels`` with -100. Packed, Forge drops them from the held-out set itself. :func:`build_sft_trainer` returns the trainer without
 training, so tests can inspect a collated batch.
 
     result = run_sft_stage(base_dir, train_rows, eval_rows, cfg.sft.curriculum[0], cfg.sft, cfg.runtime, out)
@@ -57,7 +57,8 @@ def tokenize_rows(
     stream (:class:`forge.data.mix.MixRows`): neither the rows nor their tokens are ever all in memory, so the
     GPU profile's 2B-token mix tokenizes in the memory of one batch (tests/training/test_sft.py checks the bound).
 
-    Rows whose trained turns fall entirely past ``max_length`` keep no loss tokens; TRL drops them.
+    Rows whose trained turns fall entirely past ``max_length`` keep no loss tokens: with packing TRL keeps them (they
+    fill packed rows and add nothing to the loss), so the held-out set drops them (:func:`_with_loss_tokens`).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, TOKEN_SCHEMA) as writer:
@@ -76,6 +77,23 @@ def tokenize_rows(
         if batch:
             write(batch)
     return Dataset.from_file(str(path))
+
+
+def _with_loss_tokens(eval_ds: Dataset, stage: SFTStageConfig) -> Dataset:
+    """The held-out rows that keep a trained token at the stage's ``max_length``. With packing TRL keeps the others
+    (it drops fully masked rows only when it truncates), and the Trainer averages the held-out loss per evaluation
+    batch: a batch of such rows alone counted as a loss of 0 (or nan, 0/0), so the held-out loss read low or nan
+    depending on how the rows fell into batches (tests/training/test_sft.py). In the tiny mix 20 of the 64 held-out
+    rows keep no trained token at 256 tokens, 10 at 512, none at 1,024."""
+    kept = eval_ds.filter(lambda row: any(row["completion_mask"]))
+    if len(kept) == 0:
+        raise ValueError(f"SFT stage {stage.name}: none of the {len(eval_ds)} held-out rows keeps an assistant token "
+                         f"within max_length {stage.max_length} (every trained turn starts past it): the held-out loss "
+                         "would be over nothing; raise max_length or hold out shorter conversations")
+    if len(kept) < len(eval_ds):
+        logger.info("sft %s: %d of %d held-out rows keep no trained token within %d tokens; the held-out loss is over the "
+                 "other %d", stage.name, len(eval_ds) - len(kept), len(eval_ds), stage.max_length, len(kept))
+    return kept
 
 
 def _token_dir(work_dir: Path) -> Path:
@@ -171,6 +189,8 @@ def build_sft_trainer(
     tokens = _token_dir(work_dir)
     train_ds = tokenize_rows(tokenizer, train_rows, stage.max_length, tokens / "train.arrow")
     eval_ds = tokenize_rows(tokenizer, eval_rows, stage.max_length, tokens / "eval.arrow")
+    if sft.assistant_only_loss:
+        eval_ds = _with_loss_tokens(eval_ds, stage)
     args = TRLSFTConfig(
         **common_trainer_args(work_dir, runtime, seed=sft.seed, save_steps=sft.save_steps),
         max_steps=stage.max_steps,

@@ -200,3 +200,24 @@ def test_a_streamed_mix_tokenizes_in_memory_bounded_by_a_batch_not_the_mix(token
         row = next(r for j, r in enumerate(MixRows(mix)) if j == i)
         assert dataset[i] == encode_chat(tokenizer, row, 2048)
     assert peak < mix_bytes / 2, f"peak {peak / 2**20:.1f} MB for {mix_bytes / 2**20:.1f} MB of shards"
+
+
+def test_heldout_rows_without_a_trained_token_leave_the_heldout_loss_finite(base_dir, rows, tmp_path):
+    """A held-out row whose trained turns fall past ``max_length`` keeps no loss token; with packing TRL keeps it, and
+    an evaluation batch of such rows alone has a loss of 0/0. Those rows leave the held-out set: the loss is the one
+    over the rows that keep a trained token (found with 2 ranks x 4 rows at 512 tokens in the tiny mix, whose 64
+    held-out rows include 10 such; one row a batch, as the GPU profile's stages evaluate, makes one enough)."""
+    stage = SFTStageConfig(name="s", max_length=64, max_steps=1, learning_rate=1e-3, per_device_batch_size=1)
+    long_prompt = ChatSample.build(domain="general", source="test", messages=[
+        Message(role="user", content=" ".join(["Lotharingia"] * 200)), Message(role="assistant", content="Aachen.")])
+    good = rows[1][:2]
+    losses = {}
+    for name, heldout in {"with": [long_prompt, *good, long_prompt], "without": good}.items():
+        trainer = build_sft_trainer(base_dir, rows[0][:4], heldout, stage, SFTConfig(curriculum=[stage], packing=True),
+                                    RUNTIME, tmp_path / name)
+        losses[name] = trainer.evaluate()["eval_loss"]
+    assert losses["with"] == pytest.approx(losses["without"], rel=1e-6)
+    assert losses["with"] == losses["with"]  # not nan
+    with pytest.raises(ValueError, match="none of the 2 held-out rows keeps an assistant token within max_length 64"):
+        build_sft_trainer(base_dir, rows[0][:4], [long_prompt, long_prompt], stage,
+                          SFTConfig(curriculum=[stage], packing=True), RUNTIME, tmp_path / "none")
