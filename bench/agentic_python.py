@@ -199,11 +199,11 @@ def main() -> None:
                               "final": t.final_answer} for t in trajs[:8]]}
 
     before = greedy(sft_dir)
+    sft_record = {"rows": len(rows), "steps": args.sft_steps, "learning_rate": args.sft_lr, "max_length": sft_length,
+                  "from": str(args.sft_from) if args.sft_from else "base"}
     if args.no_rl:
         report = {"benchmark": "agentic_python", "command": "PYTHONPATH=. python " + " ".join(sys.argv),
-                  "machine": {"cpus": os.cpu_count(), "load_avg": os.getloadavg()},
-                  "sft": {"rows": len(rows), "steps": args.sft_steps, "learning_rate": args.sft_lr,
-                          "max_length": sft_length, "from": str(args.sft_from) if args.sft_from else "base"},
+                  "machine": {"cpus": os.cpu_count(), "load_avg": os.getloadavg()}, "sft": sft_record,
                   "prepare_seconds": round(prepared, 1), "heldout_greedy_before_rl": before}
         args.out.write_text(json.dumps(report, indent=2) + "\n")
         print(f"wrote {args.out}: held-out success {before['success']:.3f}")
@@ -225,9 +225,7 @@ def main() -> None:
                    + (" --split-digits" if args.split_digits else ""),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg": os.getloadavg()},
         "base": {"profile": "tiny", "split_digits": args.split_digits, "prepared_by_an_earlier_run": reused},
-        "sft": {"rows": len(rows), "steps": args.sft_steps, "learning_rate": args.sft_lr, "max_length": sft_length,
-                "from": str(args.sft_from) if args.sft_from else "base",
-                "scripted_correct": sum(solve(qa, tools).correct for qa in sft_qas[:50]) / 50},
+        "sft": {**sft_record, "scripted_correct": sum(solve(qa, tools).correct for qa in sft_qas[:50]) / 50},
         "prepare_seconds": round(prepared, 1),
         "heldout_greedy_before_rl": before,
         "rl": {"learning_rate": args.rl_lr, "steps": rl.max_steps, "temperature": rl.temperature,

@@ -28,6 +28,16 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 
+def train_step(model, opt, x, bf16: bool) -> None:
+    """One optimiser step of the tiny model on token rows ``x`` (labels = inputs), under bf16 autocast when asked."""
+    import torch
+
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        model(input_ids=x, labels=x).loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
 def first_step_seconds(batch: int, length: int) -> float:
     """One compiled training step from a new process: compilation plus the step (run by ``--first-step``)."""
     import torch
@@ -40,9 +50,7 @@ def first_step_seconds(batch: int, length: int) -> float:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.randint(5, 4096, (batch, length))
     started = time.perf_counter()
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16_pays_off()):
-        model(input_ids=x, labels=x).loss.backward()
-    opt.step()
+    train_step(model, opt, x, bf16_pays_off())
     return time.perf_counter() - started
 
 
@@ -79,20 +87,13 @@ def main() -> None:
             model = tiny_model().train()
             sides[name] = (torch.compile(model) if name == "compiled" else model,
                            torch.optim.AdamW(model.parameters(), lr=1e-4), [])
-
-        def step(model, opt) -> None:
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                model(input_ids=x, labels=x).loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-
         for model, opt, _ in sides.values():
-            step(model, opt)  # the compiled side compiles here (from the cache the subprocesses filled)
+            train_step(model, opt, x, bf16)  # the compiled side compiles here (from the cache the subprocesses filled)
         for _ in range(args.rounds):
             for model, opt, blocks in sides.values():
                 started = time.perf_counter()
                 for _ in range(args.steps):
-                    step(model, opt)
+                    train_step(model, opt, x, bf16)
                 blocks.append(1000 * (time.perf_counter() - started) / args.steps)
     ms = {name: round(statistics.median(blocks), 1) for name, (_, _, blocks) in sides.items()}
     speedup = ms["eager"] / ms["compiled"]

@@ -33,6 +33,7 @@ def worker(kind: str, rows: int, threads: int, steps: int) -> float:
 
     sys.path.insert(0, str(REPO / "bench"))
     from bf16_cpu import tiny_model
+    from compile_cpu import train_step
 
     from forge.hardware import bf16_pays_off
 
@@ -44,10 +45,7 @@ def worker(kind: str, rows: int, threads: int, steps: int) -> float:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
         def step() -> None:
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                model(input_ids=x, labels=x).loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            train_step(model, opt, x, bf16)
     else:
         model.eval()
 

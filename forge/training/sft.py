@@ -8,8 +8,8 @@ a reviewer rejected has ``loss=False`` and is context only).
 How the mask reaches the loss in TRL 1.16: a pre-tokenized dataset (it has ``input_ids``) skips TRL's
 tokenization; ``_prepare_dataset`` then builds a ``labels`` column from ``completion_mask`` when
 ``completion_only_loss=True`` (token kept where the mask is 1, -100 elsewhere) and, unless it packs, drops
-fully-masked rows; the collator pads ``labels`` with -100. Packed, Forge drops them from the held-out set itself. :func:`build_sft_trainer` returns the trainer without
-training, so tests can inspect a collated batch.
+fully-masked rows; the collator pads ``labels`` with -100. Packed, Forge drops them from the held-out set itself.
+:func:`build_sft_trainer` returns the trainer without training, so tests can inspect a collated batch.
 
     result = run_sft_stage(base_dir, train_rows, eval_rows, cfg.sft.curriculum[0], cfg.sft, cfg.runtime, out)
 """
@@ -91,8 +91,8 @@ def _with_loss_tokens(eval_ds: Dataset, stage: SFTStageConfig) -> Dataset:
                          f"within max_length {stage.max_length} (every trained turn starts past it): the held-out loss "
                          "would be over nothing; raise max_length or hold out shorter conversations")
     if len(kept) < len(eval_ds):
-        logger.info("sft %s: %d of %d held-out rows keep no trained token within %d tokens; the held-out loss is over the "
-                 "other %d", stage.name, len(eval_ds) - len(kept), len(eval_ds), stage.max_length, len(kept))
+        logger.info("sft %s: %d of %d held-out rows keep no trained token within %d tokens; the held-out loss is "
+                    "over the other %d", stage.name, len(eval_ds) - len(kept), len(eval_ds), stage.max_length, len(kept))
     return kept
 
 
