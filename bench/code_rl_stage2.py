@@ -1,19 +1,20 @@
 """Measurement: how reliably does code RL stage 2 raise the optimal share of a finished recipe's stage-1 policy?
 
     PYTHONPATH=. .venv/bin/python bench/code_rl_stage2.py --checkout /tmp/mr/main [--seeds 0 1 2]
-        [--variants 0.00005:20 0.0001:20] [--chain]
+        [--variants 0.00005:20 0.0001:20] [--chain | --with-stage1-problems]
 
 The stage-2 must-show of issue 13 (the share of fully passing answers in the optimal class rises from the stage-1
 to the stage-2 checkpoint, the solved share not falling by more than 0.10) read +0.14 on some hosts and within one
 standard error of zero on others with the same code and seed. One recipe run gives one draw; this gives several.
 From the stage-1 checkpoint and the stage-2 filter's kept problems of a finished ``forge run`` in ``--checkout`` (its
 ``.forge/models`` and ``rl-data``), stage 2 is trained by :func:`forge.training.grpo.train_grpo` as tasks/code.py
-trains it (the profile's rewards, weights and settings) once per ``--variants`` entry (LEARNING_RATE:STEPS[:PROMPTS])
-and ``--seeds`` entry. With ``--chain`` each seed first re-runs stage 1 from the recipe's code warm-up on its kept
-problems and stage 2's on-policy filter from that (the starting point a recipe on another host, whose arithmetic
-differs, reaches differently). The stage-1 and each stage-2 checkpoint are sampled on the held-out drills
+trains it (the profile's rewards, weights and settings) once per ``--variants`` entry (LEARNING_RATE:STEPS[:...],
+below) and ``--seeds`` entry; with ``--with-stage1-problems`` on the stage-1 filter's kept problems too. With
+``--chain`` each seed first re-runs stage 1 from the recipe's code warm-up on its kept problems and stage 2's
+on-policy filter from that (the starting point a recipe on another host, whose arithmetic differs, reaches
+differently). The stage-1 and each stage-2 checkpoint are sampled on the held-out drills
 (:func:`forge.code.data.check_policy`, the profile's samples per problem, one fixed seed). Per run: the optimal-share
-rise and the solved-share change with their standard errors, the mean R_correctness / R_time over the first and last
+rise, the solved-share and optimal-answers changes with their standard errors, the mean R_correctness / R_time over the first and last
 20% of steps, seconds. Writes bench/results/code_rl_stage2.json.
 """
 
@@ -79,41 +80,44 @@ def write_report(out: Path, report: dict) -> None:
 
 
 class Variant(NamedTuple):
-    """One stage run's settings: learning rate, steps, and (None: the profile's) max prompts, KL weight and R_time's
-    weight."""
+    """One stage run's settings: learning rate, steps, and (None: the profile's) max prompts, KL weight, R_time's
+    weight and advantage scaling (TRL's ``scale_rewards``)."""
 
     lr: float
     steps: int
     prompts: int | None = None
     beta: float | None = None
     time_weight: float | None = None
+    scale: str | None = None
 
     def fields(self) -> dict:
         return {"learning_rate": self.lr, "steps": self.steps, "max_prompts": self.prompts, "beta": self.beta,
-                "time_weight": self.time_weight}
+                "time_weight": self.time_weight, "scale_rewards": self.scale}
 
     def name(self) -> str:
-        return f"lr{self.lr:g}-steps{self.steps}-prompts{self.prompts}-beta{self.beta}-time{self.time_weight}"
+        return f"lr{self.lr:g}-steps{self.steps}-prompts{self.prompts}-beta{self.beta}-time{self.time_weight}-scale{self.scale}"
 
 
 def parse_variant(variant: str) -> Variant:
-    """``LEARNING_RATE:STEPS[:PROMPTS[:BETA[:TIME_WEIGHT]]]`` (an empty field: the profile's), e.g. ``0.0001:20::0.04``
-    or ``0.0001:20:::0.5``."""
+    """``LEARNING_RATE:STEPS[:PROMPTS[:BETA[:TIME_WEIGHT[:SCALE]]]]`` (an empty field: the profile's), e.g.
+    ``0.0001:20::0.04``, ``0.0001:20:::0.5`` or ``0.0001:20::::none``."""
     lr, steps, *rest = variant.split(":")
-    prompts, beta, time_weight = (rest + ["", "", ""])[:3]
+    prompts, beta, time_weight, scale = (rest + ["", "", "", ""])[:4]
     return Variant(float(lr), int(steps), int(prompts) if prompts else None, float(beta) if beta else None,
-                   float(time_weight) if time_weight else None)
+                   float(time_weight) if time_weight else None, scale or None)
 
 
 def grpo(cfg, stage, policy: Path, kept_file: Path, variant: Variant, seed: int, out: Path):
     """One code RL stage as tasks/code.py::code_grpo_task trains it, with ``variant``'s learning rate, steps, most
-    informative kept problems, KL weight and R_time weight (where it names them; else the profile's): (result,
+    informative kept problems, KL weight, R_time weight and advantage scaling (where it names them; else the profile's): (result,
     seconds)."""
     update = {"learning_rate": variant.lr, "max_steps": variant.steps}
     if variant.prompts is not None:
         update["max_prompts"] = variant.prompts
     if variant.beta is not None:
         update["beta"] = variant.beta
+    if variant.scale is not None:
+        update["scale_rewards"] = variant.scale
     settings = stage.settings.model_copy(update=update)
     prompts = grpo_prompts(kept_file, settings, AutoTokenizer.from_pretrained(policy))
     time_weight = stage.time_weight if variant.time_weight is None else variant.time_weight
@@ -132,9 +136,9 @@ def variants_parser(doc: str, stage: int, seeds: list[int]) -> argparse.Argument
     parser.add_argument("--checkout", type=Path, required=True, help="a checkout whose `forge run` has finished")
     parser.add_argument("--seeds", nargs="+", type=int, default=seeds)
     parser.add_argument("--variants", nargs="+", default=["0.00005:20"],
-                        help=f"stage-{stage} runs, each LEARNING_RATE:STEPS[:PROMPTS[:BETA[:TIME_WEIGHT]]] (PROMPTS: "
-                             "the most informative kept problems trained on, BETA: the KL weight, TIME_WEIGHT: R_time's; "
-                             "an empty field: the profile's)")
+                        help=f"stage-{stage} runs, each LEARNING_RATE:STEPS[:PROMPTS[:BETA[:TIME_WEIGHT[:SCALE]]]] "
+                             "(PROMPTS: the most informative kept problems trained on, BETA: the KL weight, TIME_WEIGHT: "
+                             "R_time's, SCALE: group, batch or none; an empty field: the profile's)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / f"code_rl_stage{stage}.json")
     return parser
 
@@ -151,22 +155,33 @@ def main() -> None:
     parser = variants_parser(__doc__, 2, [0, 1, 2])
     parser.add_argument("--chain", action="store_true",
                         help="per seed, also re-run stage 1 (from the warm-up) and stage 2's filter with that seed")
+    parser.add_argument("--with-stage1-problems", action="store_true",
+                        help="train stage 2 on the stage-2 filter's kept problems and the stage-1 filter's others")
     parser.add_argument("--check-seed", type=int, default=None,
                         help="the check's sampling seed (default: the profile's)")
     args = parser.parse_args()
+    if args.chain and args.with_stage1_problems:
+        parser.error("--with-stage1-problems trains from the recipe's stage-1 checkpoint; --chain re-runs it")
     load_before, cfg, stage1, stage2 = bench_setup(args)
     check_seed = cfg.seed if args.check_seed is None else args.check_seed
     recipe_policy = latest(".forge/models/code-rl-stage1-*/config.json", args.checkout).parent
     recipe_kept = latest("rl-data/code/rl-stage2/v-*/rows.jsonl", args.checkout)
+    work = Path(tempfile.mkdtemp(prefix="code-rl-stage2-"))
+    if args.with_stage1_problems:  # not the paper's stage 2 (§2.3.2 keeps only its own filter's): a measurement
+        rows = [json.loads(line) for line in recipe_kept.read_text().splitlines()]
+        ids = {r["problem_id"] for r in rows}
+        kept1 = latest("rl-data/code/rl-stage1/v-*/rows.jsonl", args.checkout)
+        rows += [r for r in map(json.loads, kept1.read_text().splitlines()) if r["problem_id"] not in ids]
+        write_jsonl(work / "kept-stage1-and-2.jsonl", rows)
     check, held_out = held_out_check(cfg, stage2, check_seed)
     if args.chain:  # where every seed's stage 1 starts: the recipe's warm-up, on its stage-1 filter's problems
         warmup = latest(".forge/models/code-warmup-*/config.json", args.checkout).parent
         kept1 = latest("rl-data/code/rl-stage1/v-*/rows.jsonl", args.checkout)
 
     runs, starts = [], []
-    work = Path(tempfile.mkdtemp(prefix="code-rl-stage2-"))
     for seed in args.seeds:
-        policy, kept_file, start = recipe_policy, recipe_kept, {"seed": seed, "stage1": "the recipe's"}
+        policy, start = recipe_policy, {"seed": seed, "stage1": "the recipe's"}
+        kept_file = work / "kept-stage1-and-2.jsonl" if args.with_stage1_problems else recipe_kept
         if args.chain:  # a stage-1 checkpoint and stage-2 problems of this seed's own
             policy = work / f"stage1-seed{seed}"
             result, seconds = grpo(cfg, stage1, warmup, kept1,
@@ -213,7 +228,7 @@ def main() -> None:
         "benchmark": "code_rl_stage2",
         "command": f"PYTHONPATH=. python bench/code_rl_stage2.py --profile {args.profile} --checkout {args.checkout} "
                    f"--seeds {' '.join(map(str, args.seeds))} --variants {' '.join(args.variants)}"
-                   + (" --chain" if args.chain else ""),
+                   + (" --chain" if args.chain else "") + (" --with-stage1-problems" if args.with_stage1_problems else ""),
         "machine": machine(load_before),
         "recipe": {"stage1_checkpoint": recipe_policy.name, "stage2_kept": str(recipe_kept.relative_to(args.checkout)),
                    "held_out_problems": len(held_out), "check_samples": stage2.check_samples,

@@ -231,6 +231,9 @@ class GRPOSettings(Strict):
     learning_rate: float = Field(1e-6, gt=0, description="Policy learning rate (constant schedule).")
     beta: float = Field(0.0, ge=0, description="KL coefficient to the starting policy (0: no reference model).")
     loss_type: str = Field("dapo", description="TRL GRPO loss type.")
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "group", description="Advantages divided by the reward's std in each prompt's group (TRL's default), across "
+        "the batch, or not at all (Dr. GRPO).")
     max_steps: int = Field(200, ge=1, description="Optimiser steps.")
     per_device_batch_size: int = Field(8, ge=1, description="Completions per device per step.")
     steps_per_generation: int = Field(1, ge=1, description="Optimiser steps per generation batch (TRL).")

@@ -218,6 +218,12 @@ class PolicyCheck:
         return self.optimal / max(1, self.correct)
 
     @property
+    def optimal_answers(self) -> float:
+        """The share of all samples that pass and meet the bound: the optimal share can rise while this falls, when
+        slower correct answers turn wrong rather than optimal (docs/architecture.md, "Where this differs from the original design card")."""
+        return self.optimal / max(1, self.samples)
+
+    @property
     def solved_se(self) -> float:
         return share_se(self.solved, self.samples)
 
@@ -228,6 +234,7 @@ class PolicyCheck:
     def metrics(self, prefix: str) -> dict[str, float]:
         return {f"{prefix}_solved": self.solved, f"{prefix}_solved_se": self.solved_se,
                 f"{prefix}_optimal_share": self.optimal_share, f"{prefix}_optimal_share_se": self.optimal_share_se,
+                f"{prefix}_optimal_answers": self.optimal_answers,
                 f"{prefix}_format_ok": self.format_ok}
 
 
@@ -238,12 +245,16 @@ def share_se(share: float, n: int) -> float:
 
 def compare_checks(before: PolicyCheck, after: PolicyCheck) -> dict[str, float]:
     """The stage-2 must-show as numbers: the optimal share's rise and the solved share's change, each with the
-    standard error of a difference of two independent shares (the two checkpoints sample apart)."""
+    standard error of a difference of two independent shares (the two checkpoints sample apart), and the change of
+    the share of samples that are optimal answers (what the two together came to)."""
     return {
         "check_optimal_rise": after.optimal_share - before.optimal_share,
         "check_optimal_rise_se": (before.optimal_share_se ** 2 + after.optimal_share_se ** 2) ** 0.5,
         "check_solved_change": after.solved - before.solved,
         "check_solved_change_se": (before.solved_se ** 2 + after.solved_se ** 2) ** 0.5,
+        "check_optimal_answers_change": after.optimal_answers - before.optimal_answers,
+        "check_optimal_answers_change_se": (share_se(before.optimal_answers, before.samples) ** 2
+                                            + share_se(after.optimal_answers, after.samples) ** 2) ** 0.5,
     }
 
 

@@ -155,6 +155,7 @@ def build_grpo_config(
         top_p=1.0,
         beta=s.beta,
         loss_type=s.loss_type,
+        scale_rewards=s.scale_rewards,
         logging_steps=1,  # one record per step: the reward curve the tests and MLflow read
         log_completions=False,
         reward_weights=list(reward_weights) if reward_weights is not None else None,

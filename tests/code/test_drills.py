@@ -107,6 +107,7 @@ def test_check_policy_reports_solved_and_optimal_shares():
         check = check_policy(CandidatePoolBackend(pools), problems, n=4, temperature=1.0, max_new_tokens=64)
     assert check.samples == 8 and check.solved == pytest.approx(6 / 8)
     assert check.optimal_share == pytest.approx(4 / 6)  # the two quadratic answers miss the bound
+    assert check.optimal_answers == pytest.approx(4 / 8)  # of all samples
     assert check.solved_se == pytest.approx((6 / 8 * 2 / 8 / 8) ** 0.5)  # binomial, over the 8 samples
     assert check.optimal_share_se == pytest.approx((4 / 6 * 2 / 6 / 6) ** 0.5)  # over the 6 that passed
 
@@ -117,6 +118,9 @@ def test_a_comparison_of_two_checks_carries_the_error_of_its_difference():
     assert diff["check_optimal_rise"] == pytest.approx(63 / 114 - 65 / 110)  # fell by 0.04
     assert diff["check_optimal_rise_se"] == pytest.approx(0.066, abs=0.001)  # larger than the fall
     assert diff["check_solved_change"] == pytest.approx(4 / 176)
+    assert diff["check_optimal_answers_change"] == pytest.approx(-2 / 176)  # fewer optimal answers though more solved
+    assert diff["check_optimal_answers_change_se"] == pytest.approx(
+        (65 / 176 * 111 / 176 / 176 + 63 / 176 * 113 / 176 / 176) ** 0.5)
     same = compare_checks(after, after)
     assert same["check_optimal_rise"] == 0 and same["check_optimal_rise_se"] > 0
     assert PolicyCheck(0, 0, 0, 0.0).metrics("x")["x_optimal_share_se"] == 0  # no sample, no error (not a crash)

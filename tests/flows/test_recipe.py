@@ -243,7 +243,8 @@ def test_champion_is_the_final_rl_policy_with_lineage(scenario):
     assert int(warmup.data.params["rows_replayed"]) > 0  # SFT-mix rows replayed beside the drills (warmup_replay)
     # Code RL stage 2 draws Figure 4 and compares itself with stage 1 on held-out drills.
     stage2 = client.get_run(stages["code-rl-stage2"]["run_id"])
-    assert {"check_before_solved", "check_after_solved", "r_correctness_last20"} <= set(stage2.data.metrics)
+    assert {"check_before_solved", "check_after_solved", "check_after_optimal_answers", "check_optimal_answers_change",
+            "r_correctness_last20"} <= set(stage2.data.metrics)
     m = stage2.data.metrics  # the rise is the difference of the two checks, with its standard error
     assert m["check_optimal_rise"] == pytest.approx(m["check_after_optimal_share"] - m["check_before_optimal_share"])
     assert m["check_optimal_rise_se"] >= 0
