@@ -436,6 +436,9 @@ class AgenticRLConfig(Strict):
     micro_batch_size: int = Field(8, ge=1, description="Sequences per forward/backward pass (gradients add up).")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping.")
     save_steps: int = Field(25, ge=1, description="Checkpoint interval: a killed stage resumes here.")
+    stop_after_idle_steps: int = Field(
+        0, ge=0, description="Stop once this many steps in a row changed no weight (no trained token carried an "
+        "advantage), saying so: the unchanged policy goes on drawing from the same distribution. 0: every step runs.")
 
     @model_validator(mode="after")
     def _fits(self) -> AgenticRLConfig:

@@ -351,10 +351,16 @@ def updates(curve: list[dict[str, float]]) -> int:
     return sum(1 for r in curve if r.get("trained_tokens"))
 
 
+def idle_steps(curve: list[dict[str, float]]) -> int:
+    """How many of ``curve``'s last steps in a row changed no weight."""
+    return next((i for i, r in enumerate(reversed(curve)) if r.get("trained_tokens")), len(curve))
+
+
 def train_agentic(policy_dir: Path, env: Environment, cfg: AgenticRLConfig, runtime: TrainingRuntimeConfig,
                   out_dir: Path, *, seed: int = 0, log_metrics: MetricsLogger | None = None) -> GRPOResult:
-    """``cfg.max_steps`` rollout-and-update steps from the policy in ``policy_dir``; the trained policy is written
-    to ``out_dir`` (atomically). Every ``cfg.save_steps`` steps the model, optimiser and curve are saved next to
+    """``cfg.max_steps`` rollout-and-update steps from the policy in ``policy_dir`` (fewer when
+    ``cfg.stop_after_idle_steps`` steps in a row change no weight); the trained policy is written to ``out_dir``
+    (atomically). Every ``cfg.save_steps`` steps the model, optimiser and curve are saved next to
     ``out_dir``, and a killed run resumes there. Returns the per-step curve (:data:`CURVES` and the update's
     figures)."""
     started = time.monotonic()
@@ -394,6 +400,11 @@ def train_agentic(policy_dir: Path, env: Environment, cfg: AgenticRLConfig, runt
             log_metrics({k: v for k, v in record.items() if k != "step"}, step + 1)
         if (step + 1) % cfg.save_steps == 0 and step + 1 < cfg.max_steps and is_main_process():
             _save_state(work_dir / STATE_FILE, model, optimizer, step + 1, curve)
+        if cfg.stop_after_idle_steps and idle_steps(curve) >= cfg.stop_after_idle_steps and step + 1 < cfg.max_steps:
+            # trained_tokens is summed over ranks, so every rank stops at the same step
+            logger.warning("agentic RL: stopped after step %d of %d: its last %d steps changed no weight "
+                           "(stop_after_idle_steps)", step + 1, cfg.max_steps, cfg.stop_after_idle_steps)
+            break
     if not updates(curve):
         if cfg.rejected_turns == "no_loss" and all(r["rejected_turn_share"] == 1 for r in curve):
             reason = "the critic rejected every turn and rejected turns train on nothing (rejected_turns='no_loss')"
@@ -409,5 +420,5 @@ def train_agentic(policy_dir: Path, env: Environment, cfg: AgenticRLConfig, runt
         save_atomically(model, tokenizer, Path(out_dir))
         shutil.rmtree(work_dir, ignore_errors=True)
     barrier()
-    return GRPOResult(out_dir=Path(out_dir), curve=curve, steps=cfg.max_steps, seconds=time.monotonic() - started,
+    return GRPOResult(out_dir=Path(out_dir), curve=curve, steps=len(curve), seconds=time.monotonic() - started,
                       resumed_from_step=first or None)

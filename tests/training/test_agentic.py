@@ -23,6 +23,7 @@ from forge.training.agentic import (
     TurnTokens,
     build_sequences,
     collate,
+    idle_steps,
     sequence_loss,
     shared_prefix_logits,
     token_logprobs,
@@ -295,6 +296,23 @@ def test_a_run_that_never_updates_the_policy_says_so(tools, one_hop, model_dir, 
     before = AutoModelForCausalLM.from_pretrained(model_dir).state_dict()
     after = AutoModelForCausalLM.from_pretrained(tmp_path / "rl").state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before) != learns
+
+
+@pytest.mark.parametrize("policy, steps", [(ScriptedLookup, 3), (AlwaysWrong, 2)])
+def test_a_run_stops_after_its_idle_steps_only_when_none_changed_a_weight(tools, one_hop, model_dir, tokenizer,
+                                                                        tmp_path, caplog, policy, steps):
+    """stop_after_idle_steps=2 of 3: a run whose groups disagree trains every step; one whose groups always agree
+    stops after two, says so, and hands back its parent's weights as such a run does."""
+    cfg = CFG.model_copy(update={"max_steps": 3, "stop_after_idle_steps": 2})
+    env = Scripted(SearchEnvironment.from_config(tools, [one_hop], cfg), policy(tokenizer, one_hop))
+    with caplog.at_level("WARNING", logger="forge.training.agentic"):
+        result = train_agentic(model_dir, env, cfg, TrainingRuntimeConfig(), tmp_path / "rl", seed=0)
+    assert result.steps == len(result.curve) == steps
+    assert idle_steps(result.curve) == (0 if steps == 3 else 2)
+    stopped = [r.getMessage() for r in caplog.records if "stopped after" in r.getMessage()]
+    message = "agentic RL: stopped after step 2 of 3: its last 2 steps changed no weight (stop_after_idle_steps)"
+    assert stopped == ([] if steps == 3 else [message])
+    assert (tmp_path / "rl" / "config.json").exists()
 
 
 def test_agentic_rl_task_registers_a_policy_version_with_its_parent(workspace, tools, model_dir, tmp_path):
