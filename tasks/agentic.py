@@ -75,8 +75,9 @@ def agentic_rl_task(
         mlflow.log_dict(stage.episodes, "episodes.json")
         heldout_loss = heldout_chat_loss(out, read_heldout(data.mix_dir), sft, runtime)
         # "updates": the steps that changed a weight (none when no group's rewards differ: forge/training/agentic.py)
-        metrics = {"updates": float(updates(result.curve)), "steps": float(result.steps), **result.window_metrics(CURVES),
-                   "sft_heldout_loss": heldout_loss, "seconds": round(result.seconds, 1)}
+        metrics = {"updates": float(updates(result.curve)), "steps": float(result.steps),
+                   **result.window_metrics(CURVES), "sft_heldout_loss": heldout_loss,
+                   "seconds": round(result.seconds, 1)}
         mlflow.log_metrics(metrics)
         version = register_checkpoint(out, "forge-policy", run_id=run.info.run_id, tags=tags,
                                       metrics={"sft_heldout_loss": heldout_loss})

@@ -422,8 +422,8 @@ def code_grpo_task(
                     metrics |= verdicts[label].metrics(f"check_{label}")
                 metrics = compare_checks(verdicts["before"], verdicts["after"]) | metrics  # first: `forge run` shows a stage's first metrics
                 logger.info("code RL stage 2 check (%d held-out problems x %d): optimal share %.2f -> %.2f "
-                            "(%+.2f +- %.2f), solved %.2f -> %.2f (%+.2f +- %.2f), optimal answers %.2f -> %.2f of the "
-                            "samples", len(held_out), cfg.check_samples,
+                            "(%+.2f +- %.2f), solved %.2f -> %.2f (%+.2f +- %.2f), optimal answers %.2f -> %.2f of "
+                            "the samples", len(held_out), cfg.check_samples,
                             verdicts["before"].optimal_share, verdicts["after"].optimal_share,
                             metrics["check_optimal_rise"], metrics["check_optimal_rise_se"],
                             verdicts["before"].solved, verdicts["after"].solved,

@@ -220,7 +220,8 @@ class PolicyCheck:
     @property
     def optimal_answers(self) -> float:
         """The share of all samples that pass and meet the bound: the optimal share can rise while this falls, when
-        slower correct answers turn wrong rather than optimal (docs/architecture.md, "Where this differs from the original design card")."""
+        slower correct answers turn wrong rather than optimal (docs/architecture.md, "Where this differs from the
+        original design card")."""
         return self.optimal / max(1, self.samples)
 
     @property
