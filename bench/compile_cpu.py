@@ -1,13 +1,13 @@
 """Benchmark: what ``torch.compile`` would buy the tiny profile's training on this CPU, and what it costs first.
 
-    .venv/bin/python bench/compile_cpu.py [--steps 8] [--rounds 4] [--batch 16 --length 256]
+    .venv/bin/python bench/compile_cpu.py [--steps 8] [--rounds 4] [--batch 16 --length 256] [--out FILE]
 
 Why (issue 18): the tiny recipe is mostly small training steps (a 4-layer, 256-wide Llama), where elementwise work and
 dispatch weigh as much as the matrix products, which is what inductor fuses. Forge trains eagerly; this measures a
 training step (forward, backward, AdamW, bf16 autocast where ``runtime.bf16: auto`` turns it on) of the tiny model at
 the pre-training shape, eager against ``torch.compile(model)``, sides alternating block by block in one process, and
 the compiled model's first step twice: with an empty inductor cache (a fresh clone's first run) and in a second
-process that finds the first's cache (a re-run on the same machine). Writes bench/results/compile_cpu.json.
+process that finds the first's cache (a re-run on the same machine). Writes bench/results/compile_cpu.json (--out).
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="blocks a side")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--length", type=int, default=256)
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "compile_cpu.json")
     parser.add_argument("--first-step", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.first_step:
@@ -115,8 +116,7 @@ def main() -> None:
             "compiled_fresh_machine": round(cold + (pretrain_steps - 1) * ms["compiled"] / 1000, 1),
             "compiled_warm_cache": round(warm + (pretrain_steps - 1) * ms["compiled"] / 1000, 1)},
     }
-    out = REPO / "bench" / "results" / "compile_cpu.json"
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
 
 
