@@ -3,12 +3,11 @@
     PYTHONPATH=. HF_HUB_OFFLINE=1 .venv/bin/python bench/code_rl_check_ops.py CHECKPOINT [CHECKPOINT ...]
 
 Stage 2's check (tasks/code.py, :func:`forge.code.data.check_policy`) reads three shares over all operations; this
-samples each checkpoint exactly as the check does (the profile's samples per problem, temperature, length and seed,
-all held-out problems in one batch, so the answers are the check's own) and counts, per operation, the answers that
-pass and meet the reference's class (optimal), pass slower (slow), or fail (wrong), with the commonest answer of
-each kind. It is how the docs/architecture.md paragraph on the optimal answers was read (a Zen 4 host, 2026-11-30:
-`repeat`'s and `running-max`'s quadratic answers turning into mistakes). Prints a table per checkpoint; writes
-nothing.
+samples and judges each checkpoint's answers as the check does (:func:`forge.code.data.judged_answers`, the profile's
+samples per problem, temperature, length and seed, so the answers are the check's own) and counts, per operation,
+the optimal, slow and wrong ones, with the commonest answer of each kind. It is how the docs/architecture.md
+paragraph on the optimal answers was read (a Zen 4 host, 2026-11-30: `repeat`'s and `running-max`'s quadratic
+answers turning into mistakes). Prints a table per checkpoint; writes nothing.
 """
 
 from __future__ import annotations
@@ -16,8 +15,7 @@ from __future__ import annotations
 import argparse
 from collections import Counter, defaultdict
 
-from forge.code.complexity import RANK
-from forge.code.data import _sample, judge_candidates
+from forge.code.data import judged_answers
 from forge.config import load_profile
 from forge.generation import local_backend
 from tasks.code import rl_problems, stage_config
@@ -31,20 +29,16 @@ def main() -> None:
     cfg = load_profile(args.profile)
     stage2 = stage_config(cfg.code_rl, 2)
     held_out = rl_problems(stage2, "eval")
-    bound = {p.id: RANK.get(p.complexity) for p in held_out}
     for checkpoint in args.checkpoints:
         with local_backend(cfg.generation, checkpoint) as backend:
-            answers = _sample(backend, held_out, stage2.check_samples, cfg.generation.temperature,
-                              stage2.max_new_tokens, cfg.seed)
+            answers = judged_answers(backend, held_out, stage2.check_samples, cfg.generation.temperature,
+                                     stage2.max_new_tokens, cfg.seed)
         counts: dict[str, Counter] = defaultdict(Counter)
         commonest: dict[tuple[str, str], Counter] = defaultdict(Counter)
-        for problem_id, candidates in judge_candidates(held_out, answers, measure_time=True).items():
-            op = problem_id.split("/")[1]
-            for c in candidates:
-                optimal = bound[problem_id] is not None and RANK.get(c.complexity, 99) <= bound[problem_id]
-                kind = "wrong" if not c.correct else "optimal" if optimal else "slow"
-                counts[op][kind] += 1
-                commonest[op, kind][c.completion.strip().removeprefix("```python").strip("`\n ").splitlines()[-1]] += 1
+        for c, kind in answers:
+            op = c.problem_id.split("/")[1]
+            counts[op][kind] += 1
+            commonest[op, kind][c.completion.strip().removeprefix("```python").strip("`\n ").splitlines()[-1]] += 1
         print(checkpoint)
         for op in sorted(counts):
             cells = [f"{kind} {counts[op][kind]:2d}" + (f" ({commonest[op, kind].most_common(1)[0][0]})"

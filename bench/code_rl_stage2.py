@@ -14,8 +14,8 @@ below) and ``--seeds`` entry; with ``--with-stage1-problems`` on the stage-1 fil
 on-policy filter from that (the starting point a recipe on another host, whose arithmetic differs, reaches
 differently). The stage-1 and each stage-2 checkpoint are sampled on the held-out drills
 (:func:`forge.code.data.check_policy`, the profile's samples per problem, one fixed seed). Per run: the optimal-share
-rise, the solved-share and optimal-answers changes with their standard errors, the mean R_correctness / R_time over the first and last
-20% of steps, seconds. Writes bench/results/code_rl_stage2.json.
+rise, the solved-share and optimal-answers changes with their standard errors, the mean R_correctness / R_time over
+the first and last 20% of steps, seconds. Writes bench/results/code_rl_stage2.json.
 """
 
 from __future__ import annotations
@@ -95,7 +95,8 @@ class Variant(NamedTuple):
                 "time_weight": self.time_weight, "scale_rewards": self.scale}
 
     def name(self) -> str:
-        return f"lr{self.lr:g}-steps{self.steps}-prompts{self.prompts}-beta{self.beta}-time{self.time_weight}-scale{self.scale}"
+        return (f"lr{self.lr:g}-steps{self.steps}-prompts{self.prompts}-beta{self.beta}-time{self.time_weight}"
+                f"-scale{self.scale}")
 
 
 def parse_variant(variant: str) -> Variant:
@@ -109,15 +110,11 @@ def parse_variant(variant: str) -> Variant:
 
 def grpo(cfg, stage, policy: Path, kept_file: Path, variant: Variant, seed: int, out: Path):
     """One code RL stage as tasks/code.py::code_grpo_task trains it, with ``variant``'s learning rate, steps, most
-    informative kept problems, KL weight, R_time weight and advantage scaling (where it names them; else the profile's): (result,
-    seconds)."""
+    informative kept problems, KL weight, R_time weight and advantage scaling (where it names them; else the
+    profile's): (result, seconds)."""
+    named = {"max_prompts": variant.prompts, "beta": variant.beta, "scale_rewards": variant.scale}
     update = {"learning_rate": variant.lr, "max_steps": variant.steps}
-    if variant.prompts is not None:
-        update["max_prompts"] = variant.prompts
-    if variant.beta is not None:
-        update["beta"] = variant.beta
-    if variant.scale is not None:
-        update["scale_rewards"] = variant.scale
+    update |= {k: v for k, v in named.items() if v is not None}
     settings = stage.settings.model_copy(update=update)
     prompts = grpo_prompts(kept_file, settings, AutoTokenizer.from_pretrained(policy))
     time_weight = stage.time_weight if variant.time_weight is None else variant.time_weight
@@ -228,7 +225,8 @@ def main() -> None:
         "benchmark": "code_rl_stage2",
         "command": f"PYTHONPATH=. python bench/code_rl_stage2.py --profile {args.profile} --checkout {args.checkout} "
                    f"--seeds {' '.join(map(str, args.seeds))} --variants {' '.join(args.variants)}"
-                   + (" --chain" if args.chain else "") + (" --with-stage1-problems" if args.with_stage1_problems else ""),
+                   + (" --chain" if args.chain else "")
+                   + (" --with-stage1-problems" if args.with_stage1_problems else ""),
         "machine": machine(load_before),
         "recipe": {"stage1_checkpoint": recipe_policy.name, "stage2_kept": str(recipe_kept.relative_to(args.checkout)),
                    "held_out_problems": len(held_out), "check_samples": stage2.check_samples,

@@ -44,6 +44,12 @@ class Candidate:
     def correct(self) -> bool:
         return self.pass_rate == 1.0
 
+    def meets(self, bound: str) -> bool:
+        """Correct, and its measured class at or below ``bound`` (a problem's optimal class; never when it has
+        none)."""
+        limit = RANK.get(bound)
+        return self.correct and limit is not None and RANK.get(self.complexity, 99) <= limit
+
 
 def _sample(backend, problems: Sequence[Problem], n: int, temperature: float, max_new_tokens: int, seed: int):
     """n completions per problem: one batched generate call per round, each round with its own seed (a backend
@@ -181,8 +187,7 @@ def filter_rl(
         if stage == 1:
             k = sum(c.correct for c in cands)
         else:
-            bound = RANK.get(p.complexity)
-            k = sum(c.correct and bound is not None and RANK.get(c.complexity, 99) <= bound for c in cands)
+            k = sum(c.meets(p.complexity) for c in cands)
         kept = k_range[0] <= k <= k_range[1]
         rows.append(RLRow(problem_id=p.id, prompt=p.prompt(), k=k, n=len(cands), kept=kept,
                           pass_rates=[c.pass_rate for c in cands], complexity=p.complexity))
@@ -225,6 +230,10 @@ class PolicyCheck:
         return self.optimal / max(1, self.samples)
 
     @property
+    def optimal_answers_se(self) -> float:
+        return share_se(self.optimal_answers, self.samples)
+
+    @property
     def solved_se(self) -> float:
         return share_se(self.solved, self.samples)
 
@@ -254,9 +263,27 @@ def compare_checks(before: PolicyCheck, after: PolicyCheck) -> dict[str, float]:
         "check_solved_change": after.solved - before.solved,
         "check_solved_change_se": (before.solved_se ** 2 + after.solved_se ** 2) ** 0.5,
         "check_optimal_answers_change": after.optimal_answers - before.optimal_answers,
-        "check_optimal_answers_change_se": (share_se(before.optimal_answers, before.samples) ** 2
-                                            + share_se(after.optimal_answers, after.samples) ** 2) ** 0.5,
+        "check_optimal_answers_change_se": (before.optimal_answers_se ** 2 + after.optimal_answers_se ** 2) ** 0.5,
     }
+
+
+def judged_answers(
+    backend,
+    problems: Sequence[Problem],
+    n: int,
+    temperature: float,
+    max_new_tokens: int,
+    seed: int = 0,
+    judge_backend=None,
+) -> list[tuple[Candidate, str]]:
+    """Sample ``n`` answers per problem and judge them, the correct ones' class by the judge model when
+    ``judge_backend`` is given, else timed: each answer with its kind, ``optimal`` (passes every test and its class
+    meets the problem's bound), ``slow`` (passes, above the bound or with none) or ``wrong``."""
+    completions = _sample(backend, problems, n, temperature, max_new_tokens, seed)
+    bound = {p.id: p.complexity for p in problems}
+    judged = judge_candidates(problems, completions, measure_time=True, judge_backend=judge_backend)
+    return [(c, "optimal" if c.meets(bound[c.problem_id]) else "slow" if c.correct else "wrong")
+            for cands in judged.values() for c in cands]
 
 
 def check_policy(
@@ -268,13 +295,8 @@ def check_policy(
     seed: int = 0,
     judge_backend=None,
 ) -> PolicyCheck:
-    """Sample ``n`` answers per problem and judge them, the correct ones' class by the judge model when
-    ``judge_backend`` is given, else timed."""
-    completions = _sample(backend, problems, n, temperature, max_new_tokens, seed)
-    judged = [c for cands in judge_candidates(problems, completions, measure_time=True, judge_backend=judge_backend
-                                              ).values() for c in cands]
-    bound = {p.id: RANK.get(p.complexity) for p in problems}
-    correct = [c for c in judged if c.correct]
-    optimal = [c for c in correct if bound[c.problem_id] is not None
-               and RANK.get(c.complexity, 99) <= bound[c.problem_id]]
-    return PolicyCheck(len(judged), len(correct), len(optimal), sum(c.format_ok for c in judged) / max(1, len(judged)))
+    """The shares of :func:`judged_answers` (same arguments) that pass and that are optimal."""
+    answers = judged_answers(backend, problems, n, temperature, max_new_tokens, seed, judge_backend)
+    kinds = [kind for _, kind in answers]
+    return PolicyCheck(len(answers), len(answers) - kinds.count("wrong"), kinds.count("optimal"),
+                       sum(c.format_ok for c, _ in answers) / max(1, len(answers)))
