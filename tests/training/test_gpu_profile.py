@@ -1,5 +1,6 @@
 """The GPU profile's RL stages build valid TRL configs on a CPU machine (no GPU, no vLLM, no DeepSpeed imported):
-bf16, gradient checkpointing, 8 rollouts per prompt, vLLM colocate rollouts."""
+bf16, gradient checkpointing, 8 rollouts per prompt, vLLM colocate rollouts; and the tiny profile's per-stage GRPO
+choices reach TRL."""
 
 from __future__ import annotations
 
@@ -43,3 +44,14 @@ def test_grpo_batch_must_divide_into_groups():
     # is loaded, naming the field, not deep inside a training stage.
     with pytest.raises(ConfigError, match=r"pointwise_rl\.grpo.*divisible by num_generations"):
         load_profile("tiny", {"pointwise_rl.grpo.per_device_batch_size": 12})
+
+
+def test_tiny_code_rl_stage2_reaches_trl_with_unscaled_advantages(tmp_path):
+    # Stage 2 of the tiny profile takes Dr. GRPO's unscaled advantages (configs/tiny.yaml says why), stage 1 TRL's
+    # per-group scaling: each stage's settings are what its TRL config carries (tasks/code.py trains with them).
+    from tasks.code import stage_config
+
+    cfg = load_profile("tiny")
+    scales = [build_grpo_config(stage_config(cfg.code_rl, n).settings, cfg.runtime, tmp_path / str(n)).scale_rewards
+              for n in (1, 2)]
+    assert scales == ["group", "none"]
