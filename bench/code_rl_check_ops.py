@@ -2,7 +2,7 @@
 
     PYTHONPATH=. HF_HUB_OFFLINE=1 .venv/bin/python bench/code_rl_check_ops.py CHECKPOINT [CHECKPOINT ...]
 
-Stage 2's check (tasks/code.py, :func:`forge.code.data.check_policy`) reads three shares over all operations; this
+Stage 2's check (tasks/code.py, :class:`forge.code.data.PolicyCheck`) reads three shares over all operations; this
 samples and judges each checkpoint's answers as the check does (:func:`forge.code.data.judged_answers`, the profile's
 samples per problem, temperature, length and seed, so the answers are the check's own) and counts, per operation,
 the optimal, slow and wrong ones, with the commonest answer of each kind. It is how the docs/architecture.md

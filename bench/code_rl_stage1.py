@@ -9,7 +9,7 @@ problems of a finished ``forge run`` in ``--checkout``, stage 1 is trained as ta
 (bench/code_rl_stage2.py's ``grpo``: the profile's rewards, weights and settings) once per ``--variants`` entry
 (LEARNING_RATE:STEPS[:PROMPTS]) and ``--seeds`` entry. Per run: R_correctness and R_time over the first and last 20% of
 steps (the must-show's reading), and the checkpoint sampled on the held-out drills as stage 2's check samples them
-(:func:`forge.code.data.check_policy`, one fixed seed): the solved and optimal shares a hotter or longer stage 1 leaves
+(:class:`forge.code.data.PolicyCheck`, one fixed seed): the solved and optimal shares a hotter or longer stage 1 leaves
 stage 2 to start from. Writes bench/results/code_rl_stage1.json.
 """
 

@@ -13,7 +13,7 @@ below) and ``--seeds`` entry; with ``--with-stage1-problems`` on the stage-1 fil
 ``--chain`` each seed first re-runs stage 1 from the recipe's code warm-up on its kept problems and stage 2's
 on-policy filter from that (the starting point a recipe on another host, whose arithmetic differs, reaches
 differently). The stage-1 and each stage-2 checkpoint are sampled on the held-out drills
-(:func:`forge.code.data.check_policy`, the profile's samples per problem, one fixed seed). Per run: the optimal-share
+(:class:`forge.code.data.PolicyCheck`, the profile's samples per problem, one fixed seed). Per run: the optimal-share
 rise, the solved-share and optimal-answers changes with their standard errors, the mean R_correctness / R_time over
 the first and last 20% of steps, seconds. Writes bench/results/code_rl_stage2.json.
 """
@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 from transformers import AutoTokenizer
 
-from forge.code.data import check_policy, compare_checks, filter_rl
+from forge.code.data import PolicyCheck, compare_checks, filter_rl, judged_answers
 from forge.code.rewards import CodeRewards
 from forge.config import load_profile
 from forge.data.jsonl import write_jsonl
@@ -67,8 +67,8 @@ def held_out_check(cfg, stage2, seed: int):
 
     def check(model_dir: Path):
         with local_backend(cfg.generation, str(model_dir)) as backend:
-            return check_policy(backend, held_out, stage2.check_samples, cfg.generation.temperature,
-                                stage2.max_new_tokens, seed)
+            return PolicyCheck.of(judged_answers(backend, held_out, stage2.check_samples,
+                                                 cfg.generation.temperature, stage2.max_new_tokens, seed))
 
     return check, held_out
 
@@ -163,22 +163,22 @@ def main() -> None:
     check_seed = cfg.seed if args.check_seed is None else args.check_seed
     recipe_policy = latest(".forge/models/code-rl-stage1-*/config.json", args.checkout).parent
     recipe_kept = latest("rl-data/code/rl-stage2/v-*/rows.jsonl", args.checkout)
+    kept1 = latest("rl-data/code/rl-stage1/v-*/rows.jsonl", args.checkout)
     work = Path(tempfile.mkdtemp(prefix="code-rl-stage2-"))
+    stage2_kept = recipe_kept
     if args.with_stage1_problems:  # not the paper's stage 2 (§2.3.2 keeps only its own filter's): a measurement
         rows = [json.loads(line) for line in recipe_kept.read_text().splitlines()]
         ids = {r["problem_id"] for r in rows}
-        kept1 = latest("rl-data/code/rl-stage1/v-*/rows.jsonl", args.checkout)
         rows += [r for r in map(json.loads, kept1.read_text().splitlines()) if r["problem_id"] not in ids]
-        write_jsonl(work / "kept-stage1-and-2.jsonl", rows)
+        stage2_kept = work / "kept-stage1-and-2.jsonl"
+        write_jsonl(stage2_kept, rows)
     check, held_out = held_out_check(cfg, stage2, check_seed)
     if args.chain:  # where every seed's stage 1 starts: the recipe's warm-up, on its stage-1 filter's problems
         warmup = latest(".forge/models/code-warmup-*/config.json", args.checkout).parent
-        kept1 = latest("rl-data/code/rl-stage1/v-*/rows.jsonl", args.checkout)
 
     runs, starts = [], []
     for seed in args.seeds:
-        policy, start = recipe_policy, {"seed": seed, "stage1": "the recipe's"}
-        kept_file = work / "kept-stage1-and-2.jsonl" if args.with_stage1_problems else recipe_kept
+        policy, kept_file, start = recipe_policy, stage2_kept, {"seed": seed, "stage1": "the recipe's"}
         if args.chain:  # a stage-1 checkpoint and stage-2 problems of this seed's own
             policy = work / f"stage1-seed{seed}"
             result, seconds = grpo(cfg, stage1, warmup, kept1,

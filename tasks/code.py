@@ -372,7 +372,7 @@ def code_grpo_task(
     also draws Figure 4 from both stages' curves and checks both checkpoints on held-out problems."""
     from transformers import AutoTokenizer
 
-    from forge.code.data import check_policy, compare_checks
+    from forge.code.data import PolicyCheck, compare_checks, judged_answers
     from forge.code.rewards import CodeRewards
     from forge.data.mix import read_heldout
     from forge.generation import local_backend
@@ -417,8 +417,9 @@ def code_grpo_task(
                 verdicts, complexity_judge = {}, _complexity_judge(judge)
                 for label, model_dir in {"before": policy.model_dir, "after": str(out)}.items():
                     with local_backend(generation, model_dir) as backend:
-                        verdicts[label] = check_policy(backend, held_out, cfg.check_samples, generation.temperature,
-                                                       cfg.max_new_tokens, seed, complexity_judge)
+                        verdicts[label] = PolicyCheck.of(judged_answers(
+                            backend, held_out, cfg.check_samples, generation.temperature, cfg.max_new_tokens, seed,
+                            complexity_judge))
                     metrics |= verdicts[label].metrics(f"check_{label}")
                 metrics = compare_checks(verdicts["before"], verdicts["after"]) | metrics  # first: `forge run` shows a stage's first metrics
                 logger.info("code RL stage 2 check (%d held-out problems x %d): optimal share %.2f -> %.2f "

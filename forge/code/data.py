@@ -214,6 +214,13 @@ class PolicyCheck:
     optimal: int  # of those, the ones whose measured class meets the problem's bound
     format_ok: float
 
+    @classmethod
+    def of(cls, answers: Sequence[tuple[Candidate, str]]) -> PolicyCheck:
+        """The check of :func:`judged_answers`' answers: how many pass and how many are optimal."""
+        kinds = [kind for _, kind in answers]
+        return cls(len(answers), len(answers) - kinds.count("wrong"), kinds.count("optimal"),
+                   sum(c.format_ok for c, _ in answers) / max(1, len(answers)))
+
     @property
     def solved(self) -> float:
         return self.correct / max(1, self.samples)
@@ -257,14 +264,12 @@ def compare_checks(before: PolicyCheck, after: PolicyCheck) -> dict[str, float]:
     """The stage-2 must-show as numbers: the optimal share's rise and the solved share's change, each with the
     standard error of a difference of two independent shares (the two checkpoints sample apart), and the change of
     the share of samples that are optimal answers (what the two together came to)."""
-    return {
-        "check_optimal_rise": after.optimal_share - before.optimal_share,
-        "check_optimal_rise_se": (before.optimal_share_se ** 2 + after.optimal_share_se ** 2) ** 0.5,
-        "check_solved_change": after.solved - before.solved,
-        "check_solved_change_se": (before.solved_se ** 2 + after.solved_se ** 2) ** 0.5,
-        "check_optimal_answers_change": after.optimal_answers - before.optimal_answers,
-        "check_optimal_answers_change_se": (before.optimal_answers_se ** 2 + after.optimal_answers_se ** 2) ** 0.5,
-    }
+    out = {}
+    for name, share in (("check_optimal_rise", "optimal_share"), ("check_solved_change", "solved"),
+                        ("check_optimal_answers_change", "optimal_answers")):
+        out[name] = getattr(after, share) - getattr(before, share)
+        out[f"{name}_se"] = (getattr(before, f"{share}_se") ** 2 + getattr(after, f"{share}_se") ** 2) ** 0.5
+    return out
 
 
 def judged_answers(
@@ -284,19 +289,3 @@ def judged_answers(
     judged = judge_candidates(problems, completions, measure_time=True, judge_backend=judge_backend)
     return [(c, "optimal" if c.meets(bound[c.problem_id]) else "slow" if c.correct else "wrong")
             for cands in judged.values() for c in cands]
-
-
-def check_policy(
-    backend,
-    problems: Sequence[Problem],
-    n: int,
-    temperature: float,
-    max_new_tokens: int,
-    seed: int = 0,
-    judge_backend=None,
-) -> PolicyCheck:
-    """The shares of :func:`judged_answers` (same arguments) that pass and that are optimal."""
-    answers = judged_answers(backend, problems, n, temperature, max_new_tokens, seed, judge_backend)
-    kinds = [kind for _, kind in answers]
-    return PolicyCheck(len(answers), len(answers) - kinds.count("wrong"), kinds.count("optimal"),
-                       sum(c.format_ok for c, _ in answers) / max(1, len(answers)))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from forge.code.data import check_policy
+from forge.code.data import PolicyCheck, judged_answers
 from forge.code.problems.drills import drill_problems, drill_sft_rows
 from forge.code.rewards import CodeRewards
 from forge.code.sandbox import isolation_report
@@ -55,8 +55,8 @@ def test_stage1_raises_the_pass_rate(sft_policy):
     problems = drill_problems("rl", per_op=2, ops=OPS)  # never in the SFT rows
 
     def check(model_dir):
-        return check_policy(TransformersBackend(model_dir, batch_size=32), problems, n=8, temperature=1.0,
-                            max_new_tokens=64, seed=1)
+        return PolicyCheck.of(judged_answers(TransformersBackend(model_dir, batch_size=32), problems, n=8,
+                                             temperature=1.0, max_new_tokens=64, seed=1))
 
     before = check(sft_policy / "sft")
     assert 0.0 < before.solved < 0.6, before  # the weak teacher left room for RL
