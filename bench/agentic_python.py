@@ -2,7 +2,8 @@
 
     PYTHONPATH=. .venv/bin/python bench/agentic_python.py [--work DIR] [--sft-steps 100] [--rl-lr 2e-4] \
         [--fixed-width] [--split-digits] [--sft-from DIR] [--rl-temperature T] [--rl-steps N] \
-        [--rl-questions-per-step N] [--rl-seed S] [--python-only] [--no-rl]
+        [--rl-questions-per-step N] [--rl-seed S] [--python-only] [--no-rl] [--sft-batch N] [--episodes-per-row K] \
+        [--restate call|both]
     PYTHONPATH=. .venv/bin/python bench/agentic_python.py --plot OUT.png RESULT.json ...
 
 Why (issue 13): agentic RL's trajectory reward stays 0 at tiny scale because the policy does not copy a name it read
@@ -41,7 +42,7 @@ from pathlib import Path
 
 from forge.config import SFTConfig, SFTStageConfig, load_profile
 from forge.data.pools import iter_pretraining_texts
-from forge.data.schemas import SearchQA
+from forge.data.schemas import ChatSample, SearchQA
 from forge.generation.transformers_backend import TransformersBackend
 from forge.search.agents import Episode, ReActAgent
 from forge.search.rollout import SearchEnvironment
@@ -86,12 +87,58 @@ class PythonOnlyTools(SearchTools):
         return [PYTHON_SPEC]
 
 
-def solve(qa: SearchQA, tools: SearchTools):
-    """The scripted episode: print the expression with the python tool (run in the sandbox), answer its output."""
+def solve(qa: SearchQA, tools: SearchTools, restate: str | None = None):
+    """The scripted episode: print the expression with the python tool (run in the sandbox), answer its output.
+    ``restate``: the reasoning names what its turn copies, ``"call"`` in the call's turn (``I run 81*85 in
+    python.``), ``"both"`` in the answer's too (``The tool printed 6885.``), so each such copy is two shorter ones:
+    question to reasoning to call, tool output to reasoning to answer."""
+    expr = qa.question.removeprefix(PROMPT)
     ep = Episode(tools, qa.question)
-    out = ep.act("I run the expression in python.", "python", {"code": f"print({qa.question.removeprefix(PROMPT)})"})
-    ep.answer("The tool printed the value.", out.strip())
-    return ep.finish(qa, "python", out.strip())
+    out = ep.act(f"I run {expr} in python." if restate else "I run the expression in python.", "python",
+                 {"code": f"print({expr})"})
+    value = out.strip()
+    ep.answer(f"The tool printed {value}." if restate == "both" else "The tool printed the value.", value)
+    return ep.finish(qa, "python", value)
+
+
+def episode_rows(trajs: list, per_row: int) -> list[ChatSample]:
+    """SFT rows of ``per_row`` scripted episodes each, one after another in one conversation behind one system
+    prompt (every episode's messages as it ran: its question, its call, the tool's output, its answer)."""
+    if per_row == 1:
+        return [t.to_chat_sample() for t in trajs]
+    rows = []
+    for i in range(0, len(trajs), per_row):
+        group = trajs[i : i + per_row]
+        rows.append(ChatSample.build(domain="tool_use", source="bench:python", parents=[t.id for t in group],
+                                     messages=[m for t in group for m in t.messages], tools=group[0].tools))
+    return rows
+
+
+def teacher_forced_copies(model_dir: Path, trajs: list) -> dict[str, float]:
+    """Share of the digits the model predicts right (argmax) in each assistant turn of held-out scripted episodes,
+    fed the episode as written: the call's turn (the factors copied from the question, and with ``--restate`` into
+    its reasoning first) and the answer's (the value copied from the tool's output). Tells a copy that never formed
+    from one that formed but was led astray when sampling."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from forge.chat import render_chat, sample_to_hf
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    right = {"call_turn": [0, 0], "answer_turn": [0, 0]}
+    for traj in trajs:
+        text, spans = render_chat(tok, *sample_to_hf(traj.to_chat_sample()))
+        enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+        ids = enc["input_ids"]
+        with torch.no_grad():
+            predicted = model(torch.tensor([ids])).logits[0].argmax(-1).tolist()
+        for kind, (start, end) in zip(right, spans):
+            for i in range(1, len(ids)):
+                if start <= enc["offset_mapping"][i][0] < end and tok.decode([ids[i]]).isdigit():
+                    right[kind][0] += predicted[i - 1] == ids[i]
+                    right[kind][1] += 1
+    return {f"{kind}_digits_right": round(hit / max(total, 1), 3) for kind, (hit, total) in right.items()}
 
 
 def plot(results: list[Path], out: Path) -> None:
@@ -136,6 +183,12 @@ def main() -> None:
                         "without redoing the first ones) instead of the base")
     parser.add_argument("--sft-max-length", type=int, help="packed SFT rows of this many tokens (default: the "
                         "agentic stage's context; an episode is ~60 tokens, so shorter rows make a step cheaper)")
+    parser.add_argument("--sft-batch", type=int, default=8, help="packed SFT rows a step")
+    parser.add_argument("--episodes-per-row", type=int, default=1, help="scripted episodes in one SFT row, one after "
+                        "another behind one system prompt (each a user question and its two turns), so a step's "
+                        "tokens are mostly episodes rather than the tools' description")
+    parser.add_argument("--restate", choices=("call", "both"), help="the reasoning of the call's turn (call) or of "
+                        "both turns (both) names what the turn copies")
     parser.add_argument("--rl-lr", type=float, default=2e-4)
     parser.add_argument("--rl-temperature", type=float, default=1.0, help="rollout sampling temperature")
     parser.add_argument("--rl-steps", type=int, help="agentic RL steps (default: the tiny profile's)")
@@ -173,15 +226,21 @@ def main() -> None:
 
     qas = expressions(args.rows + 464, seed=0, fixed_width=args.fixed_width)
     sft_qas, rl_qas, eval_qas = qas[: args.rows], qas[args.rows : args.rows + 400], qas[args.rows + 400 :]
-    rows = [solve(qa, tools).to_chat_sample() for qa in sft_qas]
+    rows = episode_rows([solve(qa, tools, args.restate) for qa in sft_qas], args.episodes_per_row)
     sft_length = args.sft_max_length or cfg.agentic_rl.context_tokens
     sft_dir = args.work / (f"sft-{args.sft_steps}-{args.sft_lr:g}-{args.rows}-{sft_length}{variant}"
+                           + (f"-b{args.sft_batch}" if args.sft_batch != 8 else "")
+                           + (f"-k{args.episodes_per_row}" if args.episodes_per_row > 1 else "")
+                           + (f"-restate-{args.restate}" if args.restate else "")
                            + (f"-from-{args.sft_from.name}" if args.sft_from else ""))
+    sft_seconds = None
     if not sft_dir.exists():
+        sft_started = time.monotonic()
         stage = SFTStageConfig(name="python-sft", max_length=sft_length, max_steps=args.sft_steps,
-                               learning_rate=args.sft_lr, per_device_batch_size=8)
+                               learning_rate=args.sft_lr, per_device_batch_size=args.sft_batch)
         run_sft_stage(args.sft_from or base, rows, rows[:16], stage, SFTConfig(packing=True, save_steps=10_000),
                       cfg.runtime, sft_dir)
+        sft_seconds = time.monotonic() - sft_started
     prepared = time.monotonic() - started
 
     rl = cfg.agentic_rl.model_copy(update={
@@ -199,7 +258,11 @@ def main() -> None:
                               "final": t.final_answer} for t in trajs[:8]]}
 
     before = greedy(sft_dir)
-    sft_record = {"rows": len(rows), "steps": args.sft_steps, "learning_rate": args.sft_lr, "max_length": sft_length,
+    before["teacher_forced"] = teacher_forced_copies(sft_dir, [solve(qa, tools, args.restate) for qa in eval_qas])
+    sft_record = {"rows": len(rows), "episodes_per_row": args.episodes_per_row, "batch": args.sft_batch,
+                  "restate": args.restate,
+                  "steps": args.sft_steps, "learning_rate": args.sft_lr, "max_length": sft_length,
+                  "seconds": round(sft_seconds, 1) if sft_seconds is not None else None,
                   "from": str(args.sft_from) if args.sft_from else "base"}
     if args.no_rl:
         report = {"benchmark": "agentic_python", "command": "PYTHONPATH=. python " + " ".join(sys.argv),
@@ -222,10 +285,14 @@ def main() -> None:
                    + f" --rl-temperature {rl.temperature:g} --rl-steps {rl.max_steps}"
                    + f" --rl-questions-per-step {rl.questions_per_step} --rl-seed {args.rl_seed}"
                    + (" --fixed-width" if args.fixed_width else "")
-                   + (" --split-digits" if args.split_digits else ""),
+                   + (" --split-digits" if args.split_digits else "")
+                   + (" --python-only" if args.python_only else "")
+                   + f" --sft-batch {args.sft_batch} --episodes-per-row {args.episodes_per_row}"
+                   + (f" --restate {args.restate}" if args.restate else ""),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg": os.getloadavg()},
         "base": {"profile": "tiny", "split_digits": args.split_digits, "prepared_by_an_earlier_run": reused},
-        "sft": {**sft_record, "scripted_correct": sum(solve(qa, tools).correct for qa in sft_qas[:50]) / 50},
+        "sft": {**sft_record,
+                "scripted_correct": sum(solve(qa, tools, args.restate).correct for qa in sft_qas[:50]) / 50},
         "prepare_seconds": round(prepared, 1),
         "heldout_greedy_before_rl": before,
         "rl": {"learning_rate": args.rl_lr, "steps": rl.max_steps, "temperature": rl.temperature,
