@@ -122,22 +122,23 @@ def teacher_forced_copies(model_dir: Path, trajs: list) -> dict[str, float]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from forge.chat import render_chat, sample_to_hf
+    from forge.training.tokenizer import encode_chat
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     right = {"call_turn": [0, 0], "answer_turn": [0, 0]}
     for traj in trajs:
-        text, spans = render_chat(tok, *sample_to_hf(traj.to_chat_sample()))
-        enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
-        ids = enc["input_ids"]
+        enc = encode_chat(tok, traj.to_chat_sample(), max_length=1 << 20)
+        ids, mask = enc["input_ids"], enc["completion_mask"]
         with torch.no_grad():
             predicted = model(torch.tensor([ids])).logits[0].argmax(-1).tolist()
-        for kind, (start, end) in zip(right, spans):
-            for i in range(1, len(ids)):
-                if start <= enc["offset_mapping"][i][0] < end and tok.decode([ids[i]]).isdigit():
-                    right[kind][0] += predicted[i - 1] == ids[i]
-                    right[kind][1] += 1
+        turn = -1  # the assistant turns are the mask's runs of 1, in order
+        for i in range(1, len(ids)):
+            turn += mask[i] and not mask[i - 1]
+            if mask[i] and tok.decode([ids[i]]).isdigit():
+                kind = list(right)[turn]
+                right[kind][0] += predicted[i - 1] == ids[i]
+                right[kind][1] += 1
     return {f"{kind}_digits_right": round(hit / max(total, 1), 3) for kind, (hit, total) in right.items()}
 
 
