@@ -258,6 +258,10 @@ def main() -> None:
                               "calls": [c.arguments.get("code") for m in t.messages for c in m.tool_calls],
                               "final": t.final_answer} for t in trajs[:8]]}
 
+    # The command as given (the RL settings it left to the profile are in the report's "rl" record)
+    script = Path(sys.argv[0]).resolve()
+    script = script.relative_to(REPO) if script.is_relative_to(REPO) else script
+    command = " ".join(["PYTHONPATH=. python", str(script), *sys.argv[1:]])
     before = greedy(sft_dir)
     before["teacher_forced"] = teacher_forced_copies(sft_dir, [solve(qa, tools, args.restate) for qa in eval_qas])
     sft_record = {"rows": len(rows), "episodes_per_row": args.episodes_per_row, "batch": args.sft_batch,
@@ -266,7 +270,7 @@ def main() -> None:
                   "seconds": round(sft_seconds, 1) if sft_seconds is not None else None,
                   "from": str(args.sft_from) if args.sft_from else "base"}
     if args.no_rl:
-        report = {"benchmark": "agentic_python", "command": "PYTHONPATH=. python " + " ".join(sys.argv),
+        report = {"benchmark": "agentic_python", "command": command,
                   "machine": {"cpus": os.cpu_count(), "load_avg": os.getloadavg()}, "sft": sft_record,
                   "prepare_seconds": round(prepared, 1), "heldout_greedy_before_rl": before}
         args.out.write_text(json.dumps(report, indent=2) + "\n")
@@ -279,17 +283,7 @@ def main() -> None:
     after = greedy(rl_dir)
     report = {
         "benchmark": "agentic_python",
-        "command": f"PYTHONPATH=. python bench/agentic_python.py --work {args.work} --rows {args.rows} "
-                   f"--sft-steps {args.sft_steps} "
-                   f"--sft-lr {args.sft_lr} --sft-max-length {sft_length} --rl-lr {args.rl_lr}"
-                   + (f" --sft-from {args.sft_from}" if args.sft_from else "")
-                   + f" --rl-temperature {rl.temperature:g} --rl-steps {rl.max_steps}"
-                   + f" --rl-questions-per-step {rl.questions_per_step} --rl-seed {args.rl_seed}"
-                   + (" --fixed-width" if args.fixed_width else "")
-                   + (" --split-digits" if args.split_digits else "")
-                   + (" --python-only" if args.python_only else "")
-                   + f" --sft-batch {args.sft_batch} --episodes-per-row {args.episodes_per_row}"
-                   + (f" --restate {args.restate}" if args.restate else ""),
+        "command": command,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg": os.getloadavg()},
         "base": {"profile": "tiny", "split_digits": args.split_digits, "prepared_by_an_earlier_run": reused},
         "sft": {**sft_record,
