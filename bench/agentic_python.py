@@ -3,7 +3,7 @@
     PYTHONPATH=. .venv/bin/python bench/agentic_python.py [--work DIR] [--sft-steps 100] [--rl-lr 2e-4] \
         [--fixed-width] [--split-digits] [--sft-from DIR] [--rl-temperature T] [--rl-steps N] \
         [--rl-questions-per-step N] [--rl-seed S] [--python-only] [--no-rl] [--sft-batch N] [--episodes-per-row K] \
-        [--restate call|both]
+        [--restate call|both|same]
     PYTHONPATH=. .venv/bin/python bench/agentic_python.py --plot OUT.png RESULT.json ...
 
 Why (issue 13): agentic RL's trajectory reward stays 0 at tiny scale because the policy does not copy a name it read
@@ -87,18 +87,57 @@ class PythonOnlyTools(SearchTools):
         return [PYTHON_SPEC]
 
 
-def solve(qa: SearchQA, tools: SearchTools, restate: str | None = None):
+FILL = " so"  # one token of filler (checked by equal_pads)
+
+
+def solve(qa: SearchQA, tools: SearchTools, restate: str | None = None, pads: tuple[int, ...] = (0, 0, 0, 0)):
     """The scripted episode: print the expression with the python tool (run in the sandbox), answer its output.
     ``restate``: the reasoning names what its turn copies, ``"call"`` in the call's turn (``I run 81*85 in
-    python.``), ``"both"`` in the answer's too (``The tool printed 6885.``), so each such copy is two shorter ones:
-    question to reasoning to call, tool output to reasoning to answer."""
+    python.``), ``"both"`` (or ``"same"``) in the answer's too (``The tool printed 6885.``), so each such copy is two
+    shorter ones: question to reasoning to call, tool output to reasoning to answer. ``pads``: filler tokens
+    before and after each restatement (``same``: so that all four copies sit equally far back, see equal_pads)."""
     expr = qa.question.removeprefix(PROMPT)
     ep = Episode(tools, qa.question)
-    out = ep.act(f"I run {expr} in python." if restate else "I run the expression in python.", "python",
-                 {"code": f"print({expr})"})
+    before_call, after_call, before_answer, after_answer = (FILL * n for n in pads)
+    out = ep.act(f"{before_call}I run {expr} in python.{after_call}" if restate else "I run the expression in python.",
+                 "python", {"code": f"print({expr})"})
     value = out.strip()
-    ep.answer(f"The tool printed {value}." if restate == "both" else "The tool printed the value.", value)
+    ep.answer(f"{before_answer}The tool printed {value}.{after_answer}" if restate in ("both", "same")
+              else "The tool printed the value.", value)
     return ep.finish(qa, "python", value)
+
+
+def copy_distances(tok, traj) -> list[int]:
+    """How many tokens back each of a restated episode's four copies reads: question -> the call's reasoning ->
+    the call, the tool's output -> the answer's reasoning -> the answer (positions of the copied strings' first
+    tokens; every digit is its own token with ``--split-digits``)."""
+    from forge.training.tokenizer import encode_chat
+
+    ids = encode_chat(tok, traj.to_chat_sample(), max_length=1 << 20)["input_ids"]
+    pieces = [tok.decode([i]) for i in ids]
+
+    def starts(text: str) -> list[int]:
+        n = len(text)
+        return [i for i in range(len(pieces) - n + 1) if "".join(pieces[i : i + n]).strip() == text
+                and all(len(p.strip()) == 1 for p in pieces[i : i + n])]
+
+    expr, value = traj.question.removeprefix(PROMPT), traj.gold_answer
+    q, r1, c = starts(expr)[:3]
+    o, r2, a = starts(value)[:3]
+    return [r1 - q, c - r1, r2 - o, a - r2]
+
+
+def equal_pads(tok, qa: SearchQA, tools: SearchTools) -> tuple[tuple[int, ...], int]:
+    """Filler before and after each restatement that puts all four copies of the episode the same distance back
+    (the longest of the four unpadded), so that one copy by position serves every turn; returns the pads and that
+    distance. ``bench/copy_pretraining.py`` found a copy at one fixed distance forms at once in the tiny model."""
+    d = copy_distances(tok, solve(qa, tools, "same"))
+    target = max(d)
+    pads = tuple(target - x for x in d)
+    got = copy_distances(tok, solve(qa, tools, "same", pads))
+    if got != [target] * 4:
+        raise RuntimeError(f"filler {FILL!r} is not one token a word here: distances {got}, wanted {target}")
+    return pads, target
 
 
 def episode_rows(trajs: list, per_row: int) -> list[ChatSample]:
@@ -188,8 +227,9 @@ def main() -> None:
     parser.add_argument("--episodes-per-row", type=int, default=1, help="scripted episodes in one SFT row, one after "
                         "another behind one system prompt (each a user question and its two turns), so a step's "
                         "tokens are mostly episodes rather than the tools' description")
-    parser.add_argument("--restate", choices=("call", "both"), help="the reasoning of the call's turn (call) or of "
-                        "both turns (both) names what the turn copies")
+    parser.add_argument("--restate", choices=("call", "both", "same"), help="the reasoning of the call's turn "
+                        "(call) or of both turns (both) names what the turn copies; same: both, with filler that "
+                        "puts every copy equally far back (needs --split-digits --fixed-width)")
     parser.add_argument("--rl-lr", type=float, default=2e-4)
     parser.add_argument("--rl-temperature", type=float, default=1.0, help="rollout sampling temperature")
     parser.add_argument("--rl-steps", type=int, help="agentic RL steps (default: the tiny profile's)")
@@ -227,7 +267,17 @@ def main() -> None:
 
     qas = expressions(args.rows + 464, seed=0, fixed_width=args.fixed_width)
     sft_qas, rl_qas, eval_qas = qas[: args.rows], qas[args.rows : args.rows + 400], qas[args.rows + 400 :]
-    rows = episode_rows([solve(qa, tools, args.restate) for qa in sft_qas], args.episodes_per_row)
+    pads, distance = (0, 0, 0, 0), None
+    if args.restate == "same":
+        from transformers import AutoTokenizer
+
+        pads, distance = equal_pads(AutoTokenizer.from_pretrained(base), sft_qas[0], tools)
+        print(f"every copy {distance} tokens back: filler {pads}", flush=True)
+
+    def scripted(qa: SearchQA):
+        return solve(qa, tools, args.restate, pads)
+
+    rows = episode_rows([scripted(qa) for qa in sft_qas], args.episodes_per_row)
     sft_length = args.sft_max_length or cfg.agentic_rl.context_tokens
     sft_dir = args.work / (f"sft-{args.sft_steps}-{args.sft_lr:g}-{args.rows}-{sft_length}{variant}"
                            + (f"-b{args.sft_batch}" if args.sft_batch != 8 else "")
@@ -251,7 +301,7 @@ def main() -> None:
 
     def greedy(model_dir: Path) -> dict:
         agent = ReActAgent(TransformersBackend(model_dir, batch_size=32, device="cpu"), max_turns=rl.max_tool_calls + 1,
-                           max_new_tokens=64)
+                           max_new_tokens=64 + max(pads))  # a turn's filler on top of its ~40 tokens
         trajs = agent.run_many(eval_qas, tools)
         return {"success": sum(t.correct for t in trajs) / len(trajs),
                 "examples": [{"expression": t.question.removeprefix(PROMPT), "gold": t.gold_answer,
@@ -263,9 +313,9 @@ def main() -> None:
     script = script.relative_to(REPO) if script.is_relative_to(REPO) else script
     command = " ".join(["PYTHONPATH=. python", str(script), *sys.argv[1:]])
     before = greedy(sft_dir)
-    before["teacher_forced"] = teacher_forced_copies(sft_dir, [solve(qa, tools, args.restate) for qa in eval_qas])
+    before["teacher_forced"] = teacher_forced_copies(sft_dir, [scripted(qa) for qa in eval_qas])
     sft_record = {"rows": len(rows), "episodes_per_row": args.episodes_per_row, "batch": args.sft_batch,
-                  "restate": args.restate,
+                  "restate": args.restate, "copy_distance": distance, "filler": pads,
                   "steps": args.sft_steps, "learning_rate": args.sft_lr, "max_length": sft_length,
                   "seconds": round(sft_seconds, 1) if sft_seconds is not None else None,
                   "from": str(args.sft_from) if args.sft_from else "base"}
@@ -287,7 +337,7 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg": os.getloadavg()},
         "base": {"profile": "tiny", "split_digits": args.split_digits, "prepared_by_an_earlier_run": reused},
         "sft": {**sft_record,
-                "scripted_correct": sum(solve(qa, tools, args.restate).correct for qa in sft_qas[:50]) / 50},
+                "scripted_correct": sum(scripted(qa).correct for qa in sft_qas[:50]) / 50},
         "prepare_seconds": round(prepared, 1),
         "heldout_greedy_before_rl": before,
         "rl": {"learning_rate": args.rl_lr, "steps": rl.max_steps, "temperature": rl.temperature,
