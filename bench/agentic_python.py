@@ -244,6 +244,8 @@ def main() -> None:
     if args.plot:
         plot(args.plot[1:], args.plot[0])
         return
+    if args.restate == "same" and not (args.split_digits and args.fixed_width):
+        parser.error("--restate same needs --split-digits --fixed-width (every copy a fixed number of tokens)")
     variant = (("-fixed" if args.fixed_width else "") + ("-digits" if args.split_digits else "")
                + ("-pyonly" if args.python_only else ""))
     args.out = args.out or REPO / "bench" / "results" / f"agentic_python{variant}.json"
