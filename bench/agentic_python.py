@@ -279,7 +279,8 @@ def main() -> None:
     def scripted(qa: SearchQA):
         return solve(qa, tools, args.restate, pads)
 
-    rows = episode_rows([scripted(qa) for qa in sft_qas], args.episodes_per_row)
+    sft_trajs = [scripted(qa) for qa in sft_qas]  # each run in the sandbox once
+    rows = episode_rows(sft_trajs, args.episodes_per_row)
     sft_length = args.sft_max_length or cfg.agentic_rl.context_tokens
     sft_dir = args.work / (f"sft-{args.sft_steps}-{args.sft_lr:g}-{args.rows}-{sft_length}{variant}"
                            + (f"-b{args.sft_batch}" if args.sft_batch != 8 else "")
@@ -339,7 +340,7 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg": os.getloadavg()},
         "base": {"profile": "tiny", "split_digits": args.split_digits, "prepared_by_an_earlier_run": reused},
         "sft": {**sft_record,
-                "scripted_correct": sum(scripted(qa).correct for qa in sft_qas[:50]) / 50},
+                "scripted_correct": sum(t.correct for t in sft_trajs[:50]) / 50},
         "prepare_seconds": round(prepared, 1),
         "heldout_greedy_before_rl": before,
         "rl": {"learning_rate": args.rl_lr, "steps": rl.max_steps, "temperature": rl.temperature,
