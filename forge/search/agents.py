@@ -18,40 +18,58 @@ with :func:`forge.chat.parse_assistant_text`, run, and fed back until an answer 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import Any
 
 from forge.chat import parse_assistant_text
 from forge.data.corpora import DATE_ATTRS
-from forge.data.schemas import Message, SearchQA, SearchTrajectory, ToolCall
-from forge.search.critic import normalize_answer
-from forge.search.tools import SPECS_BY_NAME, SearchTools, dumps_call, parse_results
+from forge.data.schemas import Message, SearchQA, SearchTrajectory, ToolCall, ToolSpec
+from forge.search.critic import normalize_answer, opened_pages, resolve_answer
+from forge.search.tools import TOOL_SPECS, SearchTools, dumps_call, parse_results
 from forge.search.walks import Condition
 
 
 class Episode:
-    """The conversation being built: each act() appends an assistant call and the tool's answer."""
+    """The conversation being built: each act() appends an assistant call and the tool's answer.
 
-    def __init__(self, tools: SearchTools, question: str):
+    ``page`` is the page the episode is on (``follow`` starts there): the one a question starts it on
+    (``start_page``), then each page a call opens. ``specs``: the tools it is given (default: search, visit, python)."""
+
+    def __init__(self, tools: SearchTools, question: str, *, start_page: str | None = None,
+                 specs: list[ToolSpec] | None = None):
         self.tools = tools
         self.messages = [Message(role="user", content=question)]
         self.bad: list[int] = []
         self.memory: dict[str, str] = {}
         self.calls = 0
+        self.page = start_page
+        self.specs = list(specs) if specs is not None else tools.specs
+
+    def run_call(self, call: ToolCall) -> str:
+        """Run ``call`` from where the episode is (a tool it was not given answers an error), append the tool's
+        turn and move to the page the call opens, if any."""
+        given = [s.function.name for s in self.specs]
+        if call.name in given:
+            observation = self.tools.call(call.name, call.arguments, page=self.page)
+            self.page = self.tools.opens(call.name, call.arguments, page=self.page) or self.page
+        else:
+            observation = f"Error: unknown tool {call.name!r} (tools: {', '.join(given)})"
+        self.messages.append(Message(role="tool", name=call.name, content=observation))
+        self.calls += 1
+        return observation
 
     def act(self, reasoning: str, name: str, arguments: dict, bad: bool = False) -> str:
         """Call a tool (one assistant turn + one tool turn). A call made before is answered from memory, with
         no new turn, unless it is meant to be bad (a scripted redundant call)."""
         key = dumps_call(name, arguments)
-        if not bad and key in self.memory:
+        if not bad and key in self.memory and name != "follow":  # follow's answer depends on where it is made
             return self.memory[key]
         if bad:
             self.bad.append(len(self.messages))
-        self.messages.append(Message(role="assistant", reasoning=reasoning,
-                                     tool_calls=[ToolCall(name=name, arguments=arguments)]))
-        observation = self.tools.call(name, arguments)
+        call = ToolCall(name=name, arguments=arguments)
+        self.messages.append(Message(role="assistant", reasoning=reasoning, tool_calls=[call]))
+        observation = self.run_call(call)
         self.memory.setdefault(key, observation)
-        self.messages.append(Message(role="tool", name=name, content=observation))
-        self.calls += 1
         return observation
 
     def answer(self, reasoning: str, answer: str, bad: bool = False) -> None:
@@ -60,10 +78,16 @@ class Episode:
         self.messages.append(Message(role="assistant", reasoning=reasoning, content=answer))
 
     def finish(self, qa: SearchQA, agent: str, final: str | None) -> SearchTrajectory:
+        """The trajectory; its ``final_answer`` is what the answer names (a citation ``[k]`` resolved)."""
+        if final is not None:
+            final = resolve_answer(final, opened_pages(self.messages))
         return SearchTrajectory.build(
             source=f"forge.search:{agent}", parents=[qa.id], qa_id=qa.id, agent=agent, question=qa.question,
-            gold_answer=qa.answer, messages=self.messages, tools=self.tools.specs, final_answer=final,
+            gold_answer=qa.answer, messages=self.messages, tools=self.specs, final_answer=final,
             correct=normalize_answer(final) == normalize_answer(qa.answer), bad_turns=sorted(self.bad))
+
+
+DEEP_SEARCH_TOOLS = tuple(s.function.name for s in TOOL_SPECS)
 
 
 def fact_tails(observation: str, subject: str, label: str) -> list[str]:
@@ -272,12 +296,13 @@ SCRIPTED_AGENTS: dict[str, type[PlannerAgent]] = {"planner": PlannerAgent, "gree
 # --- the policy as a ReAct agent ----------------------------------------------------------------------------
 
 
-def parse_assistant(text: str) -> Message:
-    """Generated text → an assistant message: reasoning, content and at most one (known-tool) call.
+def parse_assistant(text: str, tool_names: Sequence[str] = DEEP_SEARCH_TOOLS) -> Message:
+    """Generated text → an assistant message: reasoning, content and at most one call to a tool of
+    ``tool_names`` (the tools the episode was given).
 
-    Calls to tools that do not exist are not taken as calls (the content keeps their text), so the critic sees
-    a turn with no valid action; the episode runs one call per turn, so calls after the first are dropped."""
-    content, reasoning, calls = parse_assistant_text(text, tool_names=SPECS_BY_NAME)
+    Calls to other tools are not taken as calls (the content keeps their text), so the critic sees a turn with no
+    valid action; the episode runs one call per turn, so calls after the first are dropped."""
+    content, reasoning, calls = parse_assistant_text(text, tool_names=tuple(tool_names))
     if not (content or calls or reasoning):
         content = "(empty)"
     return Message(role="assistant", reasoning=reasoning, content=content, tool_calls=calls[:1])

@@ -6,12 +6,13 @@ The rule-based critic (default) knows the QA's gold path and reads the graph:
   schema-valid arguments (:func:`forge.search.tools.validate_arguments`); it repeats no earlier call; the tool
   did not answer with an error;
 - **logical soundness**: a visited page was named before (in the question or an observation: no jumps to
-  entities from nowhere); every title quoted in the reasoning was seen before; the final answer was seen in
-  an observation and is the gold answer;
+  entities from nowhere), and so was a followed link's label; every title quoted in the reasoning was seen before;
+  the final answer (a citation ``[k]`` read as the k-th page opened) was seen in an observation and is the gold
+  answer;
 - **information gain**: the observation tells something new about the question's *relevant* entities — the gold
   path, the candidates the chain's relations offer at each step, the entities sharing an obfuscated head's
-  description: a search must surface such a page not seen before, a visit must open one and return lines
-  not seen before, python must print something new.
+  description: a search must surface such a page not seen before, a visit or a followed link must open one and
+  return lines not seen before, python must print something new.
 The LLM critic (:func:`llm_judge`) asks a teacher endpoint for the same three verdicts per turn.
 
     verdicts = judge_trajectory(traj, qa, graph)
@@ -20,6 +21,7 @@ The LLM critic (:func:`llm_judge`) asks a teacher endpoint for the same three ve
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import re
@@ -36,6 +38,30 @@ _QUOTED = re.compile(r"\"([^\"]{2,200})\"")
 def normalize_answer(text: str | None) -> str:
     """An answer as compared with the gold one: lower case, full stops dropped, whitespace collapsed."""
     return " ".join((text or "").lower().replace(".", " ").split())
+
+
+_CITATION = re.compile(r"^\[(\d{1,3})\]\.?$")
+OPENING_TOOLS = ("visit", "follow")
+
+
+def opened_pages(messages: list[Message]) -> list[str]:
+    """Titles of the pages an episode opened, in order: every ``visit`` or ``follow`` the tool answered without an
+    error (its answer's first line is the page's title)."""
+    titles = []
+    for call_msg, obs in itertools.pairwise(messages):
+        if (call_msg.role == "assistant" and call_msg.tool_calls and call_msg.tool_calls[0].name in OPENING_TOOLS
+                and obs.role == "tool" and obs.content and not obs.content.startswith("Error")):
+            titles.append(obs.content.splitlines()[0])
+    return titles
+
+
+def resolve_answer(answer: str, opened: list[str]) -> str:
+    """A final answer as graded: a citation ``[k]`` names the k-th page the episode opened (what a deep-search
+    answer cites); anything else is the answer as written."""
+    match = _CITATION.match(answer.strip())
+    if match and 1 <= int(match.group(1)) <= len(opened):
+        return opened[int(match.group(1)) - 1]
+    return answer
 
 
 def relevant_titles(qa: SearchQA, g: SearchGraph) -> set[str]:
@@ -83,7 +109,7 @@ def judge_trajectory(traj: SearchTrajectory, qa: SearchQA, g: SearchGraph) -> li
                 tool_ok = False
                 reasons.append("no tool call and not the final answer")
             else:
-                answer = m.content.strip()
+                answer = resolve_answer(m.content.strip(), opened_pages(msgs[:i]))  # a citation [k] names a page
                 if normalize_answer(answer) != normalize_answer(traj.gold_answer):
                     logical = False
                     reasons.append("final answer is not the one the gold path leads to")
@@ -114,6 +140,11 @@ def judge_trajectory(traj: SearchTrajectory, qa: SearchQA, g: SearchGraph) -> li
             if page.casefold() not in seen_text.casefold():
                 logical = False
                 reasons.append(f"visits {page!r}, which was never mentioned")
+        if not problem and call.name == "follow":
+            link = call.arguments["link"]
+            if link.casefold() not in seen_text.casefold():
+                logical = False
+                reasons.append(f"follows {link!r}, which neither the question nor a page named")
         if not problem and obs is not None and not obs.startswith("Error"):
             gain, why = _information_gain(call, obs, relevant, relevant_cf, seen_lines, seen_titles)
             if not gain:
@@ -132,7 +163,7 @@ def _information_gain(call: ToolCall, obs: str, relevant: set[str], relevant_cf:
         new = [t for t in titles if t in relevant and t not in seen_titles]
         seen_titles.update(titles)
         return bool(new), "the results add no page relevant to the question"
-    if call.name == "visit":
+    if call.name in ("visit", "follow"):
         title = obs.splitlines()[0] if obs else ""
         seen_titles.add(title)
         if title.casefold() not in relevant_cf:

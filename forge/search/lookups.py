@@ -19,14 +19,17 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections import Counter
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
+from forge.config import AgenticRLConfig
 from forge.data.schemas import ChatSample, SearchQA, SearchTrajectory
 from forge.search.agents import Episode, fact_tails
 from forge.search.critic import normalize_answer
 from forge.search.graph import SearchGraph
 from forge.search.heads import categorical_relations
-from forge.search.tools import SearchTools
+from forge.search.tools import FOLLOW_SPEC, SearchTools
 from forge.search.walks import WalkParams, answer_set, sample_walk, walk_to_qa
 
 SOURCE = "kg_fb15k237:lookups"
@@ -62,18 +65,24 @@ def sft_seen(rows: list[ChatSample]) -> SftSeen:
 
 
 def build_lookup_qas(g: SearchGraph, n: int, *, min_hops: int = 1, max_hops: int = 2, seen: SftSeen = SftSeen(),
-                     seed: int = 0, max_hub_degree: int = 200, split: str = "train") -> list[SearchQA]:
+                     seed: int = 0, max_hub_degree: int = 200, split: str = "train",
+                     relations: AbstractSet[str] | None = None, exclude_heads: AbstractSet[str] = frozenset()
+                     ) -> list[SearchQA]:
     """Up to ``n`` lookup QAs, heads taken in a seeded order, hop counts cycling from ``min_hops`` to ``max_hops``;
     ``split="train"`` draws from heads :func:`is_eval_head` leaves to training, ``"eval"`` from the others.
+    ``relations``: the only relations a hop may take (all but the categorical ones when None); ``exclude_heads``:
+    heads (graph ids) never used.
 
     A QA is kept when every hop has a single tail (no condition), the graph gives exactly its answer
     (:func:`forge.search.walks.answer_set`), the answer is not the head, and neither its head's page nor its
     question is in ``seen``."""
     categorical = categorical_relations(g)
+    if relations is not None:
+        categorical = categorical | (g.labels.keys() - relations)  # what sample_walk skips
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
-    heads = [m for m in g.entities
-             if g.title(m).casefold() not in seen.pages and is_eval_head(m) == (split == "eval")]
+    heads = [m for m in g.entities if m not in exclude_heads
+             and g.title(m).casefold() not in seen.pages and is_eval_head(m) == (split == "eval")]
     random.Random(f"{seed}:lookups").shuffle(heads)
     out: list[SearchQA] = []
     ids: set[str] = set()
@@ -117,3 +126,86 @@ class LookupAgent:
             current = tails[0]
         ep.answer(f"The {qa.walk['hops'][-1]['label']} is \"{current}\".", current)
         return ep.finish(qa, self.name, current)
+
+
+# --- links: lookups answered by following the pages' links --------------------------------------------------------
+
+LINKS_SOURCE = "kg_fb15k237:links"
+LINK_SAMPLE = 2000  # lookups drawn (seed 0, training heads) to rank the relations they take
+
+
+def link_relations(g: SearchGraph, k: int) -> frozenset[str]:
+    """The ``k`` relations lookups take most often (in a fixed sample of them): the links a small policy learns to
+    tell apart within the tiny profile's budget."""
+    def build() -> list[str]:
+        sample = build_lookup_qas(g, LINK_SAMPLE, min_hops=1, max_hops=2, seed=0)
+        counts = Counter(h["relation"] for qa in sample for h in qa.walk["hops"])
+        return [r for r, _ in sorted(counts.items(), key=lambda rc: (-rc[1], rc[0]))]
+
+    return frozenset(g.cached("link_relations", build)[:k])
+
+
+def link_question(g: SearchGraph, qa: SearchQA) -> str:
+    """The lookup asked from its head's page: ``You are on the page of Hans Zimmer. What is the county of its place
+    of birth?`` (the first hop's relation last, where the question ends)."""
+    hops = [h["label"] for h in qa.walk["hops"]]
+    asked = f"its {hops[0]}"
+    for label in hops[1:]:
+        asked = f"the {label} of {asked}"
+    return f"You are on the page of {g.title(qa.walk['head'])}. What is {asked}?"
+
+
+def build_link_qas(g: SearchGraph, n: int, *, relations: int, min_hops: int = 1, max_hops: int = 2,
+                   seen: SftSeen = SftSeen(), seed: int = 0, exclude_heads: AbstractSet[str] = frozenset()
+                   ) -> list[SearchQA]:
+    """Up to ``n`` link questions: lookups (:func:`build_lookup_qas`, training heads) over the ``relations`` most
+    common relations (:func:`link_relations`), asked from the head's page. Each is answered by following one link
+    per hop from there (``follow``) and citing the page reached (``[k]``, forge/search/critic.py): no name to
+    copy, which a tiny policy cannot learn to do in its budget (README, "Agentic RL"). The episode starts on the
+    head's page (forge/search/rollout.py, task ``links``)."""
+    qas = build_lookup_qas(g, n, min_hops=min_hops, max_hops=max_hops, seen=seen, seed=seed,
+                           relations=link_relations(g, relations), exclude_heads=exclude_heads)
+    return [SearchQA.build(**{**qa.model_dump(exclude={"id"}), "source": LINKS_SOURCE,
+                              "question": link_question(g, qa)}) for qa in qas]
+
+
+class LinkAgent:
+    """The scripted solution of a link question: from the head's page, follow each hop's link, then cite the page
+    reached. SFT data for the tiny profile's agentic warm-up (tasks/agentic.py)."""
+
+    name = "links"
+
+    def run(self, qa: SearchQA, tools: SearchTools) -> SearchTrajectory:
+        ep = Episode(tools, qa.question, start_page=tools.graph.title(qa.walk["head"]), specs=[FOLLOW_SPEC])
+        for hop in qa.walk["hops"]:
+            ep.act(f"I follow {hop['label']}.", "follow", {"link": hop["label"]})
+        ep.answer("I am on the page that answers it.", f"[{len(qa.walk['hops'])}]")
+        return ep.finish(qa, self.name, ep.messages[-1].content)
+
+
+def task_questions(g: SearchGraph, cfg: AgenticRLConfig, seen: SftSeen, seed: int) -> list[SearchQA]:
+    """Agentic RL's questions for ``cfg.task``: lookups or link questions whose heads no SFT row opened."""
+    if cfg.task == "links":
+        return build_link_qas(g, cfg.questions, relations=cfg.link_relations, min_hops=cfg.min_hops,
+                              max_hops=cfg.max_hops, seen=seen, seed=seed)
+    return build_lookup_qas(g, cfg.questions, min_hops=cfg.min_hops, max_hops=cfg.max_hops, seen=seen, seed=seed)
+
+
+def warmup_questions(g: SearchGraph, cfg: AgenticRLConfig, rl_qas: list[SearchQA], seed: int) -> list[SearchQA]:
+    """The warm-up's link questions: other heads than every RL question's (and than the eval suite's), so RL trains
+    on questions the warm-up never showed solved."""
+    return build_link_qas(g, cfg.warmup_questions, relations=cfg.link_relations, min_hops=cfg.min_hops,
+                          max_hops=cfg.max_hops, seed=seed + 1, exclude_heads={qa.walk["head"] for qa in rl_qas})
+
+
+def check_questions(g: SearchGraph, cfg: AgenticRLConfig, rl_qas: list[SearchQA], seed: int) -> list[SearchQA]:
+    """``cfg.check_questions`` questions of the task for the stage's held-out check: heads none of RL's and none of
+    the warm-up's (nor the eval suite's)."""
+    used = {qa.walk["head"] for qa in rl_qas}
+    if cfg.warmup:
+        used |= {qa.walk["head"] for qa in warmup_questions(g, cfg, rl_qas, seed)}
+    if cfg.task == "links":
+        return build_link_qas(g, cfg.check_questions, relations=cfg.link_relations, min_hops=cfg.min_hops,
+                              max_hops=cfg.max_hops, seed=seed + 2, exclude_heads=used)
+    return build_lookup_qas(g, cfg.check_questions, min_hops=cfg.min_hops, max_hops=cfg.max_hops, seed=seed + 2,
+                            exclude_heads=used)

