@@ -16,7 +16,7 @@ from flows.links import name_phase_run
 from forge.config import RecipeConfig
 from forge.stages import Base, Checkpoint, DataMix, RewardModel
 from registry.tracking import DATA_MD5_TAG
-from tasks.agentic import agentic_rl_task
+from tasks.agentic import agentic_rl_task, agentic_warmup_task
 from tasks.code import code_grpo_task, code_rl_filter_task, code_warmup_task, shared_config, stage_config
 from tasks.rl import grpo_task, rm_pairwise_task, rm_pointwise_task
 
@@ -53,6 +53,9 @@ def rl_flow(config: RecipeConfig, run: RecipeRun, *, base: Base, sft: Checkpoint
                                   data=data)
         # Agentic RL (§2.2, §2.4: "a lightweight agentic RL stage" last): multi-turn tool episodes, trajectory +
         # turn rewards
+        if config.agentic_rl.warmup:  # tiny scale: the scripted link solutions first (tasks/agentic.py)
+            policy = rl.stage("agentic-warmup", agentic_warmup_task, cfg=config.agentic_rl, sft=config.sft,
+                              runtime=config.runtime, seed=config.seed, policy=policy, data=data)
         policy = rl.stage("agentic-rl", agentic_rl_task, cfg=config.agentic_rl, sft=config.sft,
                           runtime=config.runtime, seed=config.seed, policy=policy, data=data)
         return policy, prm

@@ -409,7 +409,21 @@ class AgenticRLConfig(Strict):
     trajectory (the final answer is the gold one) and per turn (§2.2.1: a turn the critic fails gets no loss or a
     negative reward). The update is a group-relative policy gradient, forge/training/agentic.py."""
 
+    task: Literal["lookups", "links"] = Field(
+        "lookups", description="The questions and tools: 'lookups' (forge/search/lookups.py) with search, visit and "
+        "python; 'links', the same lookups asked from the head's page and answered by following its links (follow) "
+        "and citing the page reached: no name to copy, which a tiny policy does not learn (README, 'Agentic RL').")
+    link_relations: int = Field(12, ge=1, description="task 'links': the relations its questions take (the most "
+                                "common ones lookups take).")
+    warmup: SFTStageConfig | None = Field(
+        None, description="Tiny scale only: SFT on the scripted solutions of other heads' questions before RL (task "
+        "'links': forge.search.lookups.LinkAgent), so the policy writes the calls at all. None in the paper.")
+    warmup_questions: int = Field(2000, ge=1, description="Questions whose solutions the warm-up trains on (their "
+                                  "heads none of RL's).")
     questions: int = Field(2000, ge=1, description="1–2-hop lookup questions whose heads no SFT row visited.")
+    check_questions: int = Field(
+        0, ge=0, description="Held-out questions (heads RL and the warm-up never saw) each answered once, sampled as "
+        "the rollouts are, by the start and the trained policy: the stage's check. 0: none.")
     min_hops: int = Field(1, ge=1, description="Fewest hops of a lookup question.")
     max_hops: int = Field(2, ge=1, description="Most hops of a lookup question (one visit per hop).")
     num_generations: int = Field(8, ge=2, description="Episodes per question: the group advantages compare within.")
@@ -444,6 +458,8 @@ class AgenticRLConfig(Strict):
     def _fits(self) -> AgenticRLConfig:
         if not self.min_hops <= self.max_hops:
             raise ValueError("need min_hops <= max_hops")
+        if self.warmup and self.task != "links":
+            raise ValueError("agentic_rl.warmup trains on the links task's scripted solutions: set task: links")
         if self.max_new_tokens >= self.context_tokens:
             raise ValueError(f"max_new_tokens ({self.max_new_tokens}) must leave room in context_tokens "
                              f"({self.context_tokens}) for the question")

@@ -20,9 +20,9 @@ from forge.training.launch import is_launched
 
 # The stages that go through forge.training.launch.run_training (tasks/training.py, tasks/rl.py, tasks/code.py,
 # tasks/agentic.py): all but the tiny profile's pre-training.
-LAUNCHABLE = {"sft", "rm-pointwise", "rm-pairwise", "code-warmup", "grpo", "agentic"}
+LAUNCHABLE = {"sft", "rm-pointwise", "rm-pairwise", "code-warmup", "grpo", "agentic-warmup", "agentic"}
 # The stages whose trainers read runtime.fused_lm_head (forge/training/sft.py, forge/training/grpo.py).
-_FUSED_HEAD = {"sft", "grpo", "code-warmup"}
+_FUSED_HEAD = {"sft", "grpo", "code-warmup", "agentic-warmup"}
 FUSED_HEAD_FLAG = "logits loss instead of TRL's fused LM head (runtime.fused_lm_head false: a CPU speed-up)"
 
 
@@ -127,8 +127,11 @@ def recipe_plan(cfg: RecipeConfig) -> list[StagePlan]:
             add(f"code-rl-filter-{n}", None, backend=local, flags=local_flags, where="generation + sandbox",
                 data=f"{cfg.code_rl.num_rollouts} rollouts per problem")
             add(f"code-rl-stage{n}", "grpo", *_grpo_row(cfg, getattr(cfg.code_rl, f"stage{n}")))
+    a = cfg.agentic_rl
+    if a.warmup:
+        add("agentic-warmup", "agentic-warmup", data=f"{a.warmup_questions} scripted link solutions, other heads")
     add("agentic-rl", "agentic", backend="the policy itself (forge/training/agentic.py)",
-        data=f"{cfg.agentic_rl.questions} held-out questions, ≤ {cfg.agentic_rl.max_tool_calls} tool calls")
+        data=f"{a.questions} held-out {a.task} questions, ≤ {a.max_tool_calls} tool calls")
     for suite in (name for name in type(cfg.eval).model_fields if name != "heldout_rows"):  # flows/evaluate.py
         add(f"eval-{suite}", None, backend=local, flags=local_flags, where="generation" + (
             " + sandbox" if suite in ("humaneval", "code") else ""), data=f"eval.{suite}")

@@ -39,6 +39,66 @@ CURVE_LABELS = {"trajectory_reward": "trajectory reward (answer correct)", "turn
                 "rejected_turn_share": "share of turns the critic rejected", "tool_calls": "tool calls per episode"}
 
 
+# What picks the warm-up's questions and trains it: a change to the other (RL) settings does not redo the warm-up.
+WARMUP_FIELDS = ("task", "link_relations", "warmup", "warmup_questions", "questions", "min_hops", "max_hops")
+WARMUP_HELDOUT = 20  # every 20th scripted solution is the warm-up's held-out set
+
+
+def warmup_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
+    """The warm-up's cache key: its inputs with the agentic section narrowed to :data:`WARMUP_FIELDS`."""
+    return {**inputs, "cfg": inputs["cfg"].model_dump(mode="json", include=set(WARMUP_FIELDS))}
+
+
+@cached_task(name="agentic-warmup", modules=AGENTIC_MODULES, key_view=warmup_inputs)
+def agentic_warmup_task(
+    *,
+    ctx: StageContext,
+    cfg: AgenticRLConfig,
+    sft: SFTConfig,
+    runtime: TrainingRuntimeConfig,
+    seed: int,
+    policy: Checkpoint,
+    data: DataMix,
+) -> Checkpoint:
+    """SFT on :class:`forge.search.lookups.LinkAgent`'s solutions of ``cfg.warmup_questions`` link questions before
+    agentic RL, tiny scale only: the policy SFT and code RL leave writes no tool call, so RL would have no reward
+    to follow (README, "Agentic RL"). Their heads are none of RL's questions' (forge.search.lookups.warmup_questions).
+    Registers a ``forge-policy`` version (parent: ``policy``) with the mix's held-out loss."""
+    from forge.data.mix import read_heldout, read_mix
+    from forge.search.lookups import LinkAgent, sft_seen, task_questions, warmup_questions
+    from forge.search.tools import SearchTools
+    from forge.training.launch import run_training
+    from forge.training.sft import heldout_chat_loss, run_sft_stage
+    from registry.models import register_checkpoint
+
+    ws = Workspace.from_env()
+    tools = SearchTools.load(ws)
+    train_rows, heldout_rows = read_mix(data.mix_dir)
+    rl_qas = task_questions(tools.graph, cfg, sft_seen(train_rows + heldout_rows), seed)
+    qas = warmup_questions(tools.graph, cfg, rl_qas, seed)
+    rows = [LinkAgent().run(qa, tools).to_chat_sample() for qa in qas]
+    train = [r for i, r in enumerate(rows) if i % WARMUP_HELDOUT]
+    held_out = rows[::WARMUP_HELDOUT]
+    digest = value_digest(warmup_inputs({"cfg": cfg}), sft, runtime, seed, policy.model_dir, data.data_md5)
+    out = ws.models / f"agentic-warmup-{digest}"
+    tags = ctx.lineage({STAGE_TAG: "agentic-warmup", DATA_MD5_TAG: data.data_md5, PARENT_VERSION_TAG: policy.ref})
+    with ctx.start_run("agentic-warmup", tags) as run:
+        log_config(cfg.warmup)
+        mlflow.log_params({"rows": len(train), "task": cfg.task, "link_relations": cfg.link_relations})
+        result = run_training(run_sft_stage, runtime, out, log_metrics=metrics_logger(),
+                              model_dir=Path(policy.model_dir), train_rows=train, eval_rows=held_out,
+                              stage=cfg.warmup, sft=sft)
+        log_curve("agentic_warmup_train_loss", [p[0] for p in result.train_curve],
+                  [p[1] for p in result.train_curve], "train loss")
+        metrics = {"links_loss_before": result.eval_loss_before, "links_loss_after": result.eval_loss_after,
+                   "sft_heldout_loss": heldout_chat_loss(out, read_heldout(data.mix_dir), sft, runtime)}
+        mlflow.log_metrics(metrics)
+        version = register_checkpoint(out, "forge-policy", run_id=run.info.run_id, tags=tags,
+                                      metrics={"sft_heldout_loss": metrics["sft_heldout_loss"]})
+    return Checkpoint(model_dir=str(out), model_name="forge-policy", version=version, run_id=run.info.run_id,
+                      metrics=metrics)
+
+
 @cached_task(name="agentic-rl", modules=AGENTIC_MODULES)
 def agentic_rl_task(
     *,
@@ -50,10 +110,12 @@ def agentic_rl_task(
     policy: Checkpoint,
     data: DataMix,
 ) -> Checkpoint:
-    """Agentic RL from ``policy`` on ``cfg.questions`` lookups whose heads and questions no row of ``data``'s mix
-    shows (forge.search.lookups.sft_seen). Logs per step: tool calls per episode, trajectory and turn reward,
-    rejected-turn share (curves too), their first/last-20% means, how many steps updated the policy; a few final
-    episodes as ``episodes.json``. The version carries the SFT held-out loss, as the GRPO stages' versions do."""
+    """Agentic RL from ``policy`` on ``cfg.questions`` questions (``cfg.task``) whose heads and questions no row of
+    ``data``'s mix shows (forge.search.lookups.sft_seen). Logs per step: tool calls per episode, trajectory and turn
+    reward, rejected-turn share (curves too), their first/last-20% means, how many steps updated the policy; with
+    ``cfg.check_questions``, the share of held-out questions the start and the trained policy answer (one sampled
+    episode each, ``check_success_before`` / ``_after`` / ``_change`` ± ``_se``); a few final episodes as
+    ``episodes.json``. The version carries the SFT held-out loss, as the GRPO stages' versions do."""
     from forge.data.mix import read_heldout
     from forge.training.agentic import CURVES, updates
     from forge.training.launch import run_training
@@ -76,7 +138,7 @@ def agentic_rl_task(
         heldout_loss = heldout_chat_loss(out, read_heldout(data.mix_dir), sft, runtime)
         # "updates": the steps that changed a weight (none when no group's rewards differ: forge/training/agentic.py)
         metrics = {"updates": float(updates(result.curve)), "steps": float(result.steps),
-                   **result.window_metrics(CURVES), "sft_heldout_loss": heldout_loss,
+                   **result.window_metrics(CURVES), **stage.check, "sft_heldout_loss": heldout_loss,
                    "seconds": round(result.seconds, 1)}
         mlflow.log_metrics(metrics)
         version = register_checkpoint(out, "forge-policy", run_id=run.info.run_id, tags=tags,
@@ -93,6 +155,18 @@ class AgenticStage:
     questions: int
     pages_excluded: int
     episodes: list[dict[str, Any]]  # a few of the last step's episodes, for episodes.json
+    check: dict[str, float]  # the held-out check (success before / after and its change), when there is one
+
+
+def success_change(before: int, after: int, n: int) -> dict[str, float]:
+    """The held-out check as metrics: each checkpoint's share answered and the change, with the standard error of a
+    difference of two independent shares (forge.code.data.share_se)."""
+    from forge.code.data import share_se
+
+    b, a = before / n, after / n
+    return {"check_success_before": b, "check_success_after": a, "check_success_change": a - b,
+            "check_success_change_se": (share_se(b, n) ** 2 + share_se(a, n) ** 2) ** 0.5,
+            "check_questions": float(n)}
 
 
 def train_agentic_stage(
@@ -109,20 +183,26 @@ def train_agentic_stage(
     (forge/training/launch.py), which builds its own search tools and the same questions from the same seed (the
     environment holds an index and a sandbox, not things to pickle)."""
     from forge.data.mix import read_mix
-    from forge.search.lookups import build_lookup_qas, sft_seen
+    from forge.search.lookups import check_questions, sft_seen, task_questions
     from forge.search.rollout import SearchEnvironment
     from forge.search.tools import SearchTools
-    from forge.training.agentic import train_agentic
+    from forge.training.agentic import success_check, train_agentic
+    from forge.training.launch import is_main_process
 
     tools = SearchTools.load(Workspace.from_env())
     train_rows, heldout_rows = read_mix(mix_dir)
     seen = sft_seen(train_rows + heldout_rows)
-    qas = build_lookup_qas(tools.graph, cfg.questions, min_hops=cfg.min_hops, max_hops=cfg.max_hops, seen=seen,
-                           seed=seed)
+    qas = task_questions(tools.graph, cfg, seen, seed)
     env = SearchEnvironment.from_config(tools, qas, cfg, seed=seed)
     result = train_agentic(policy_dir, env, cfg, runtime, out_dir, seed=seed, log_metrics=log_metrics)
+    check: dict[str, float] = {}
+    if cfg.check_questions and is_main_process():
+        held_out = check_questions(tools.graph, cfg, qas, seed)
+        before, after = (success_check(d, env, held_out, cfg, runtime, seed) for d in (policy_dir, out_dir))
+        check = success_change(before, after, len(held_out))
     episodes = [{"question": r.trajectory.question, "gold": r.trajectory.gold_answer,
                  "final": r.trajectory.final_answer, "tool_calls": r.tool_calls, "ended": r.ended,
                  "messages": [m.model_dump(exclude_defaults=True) for m in r.trajectory.messages],
                  "verdicts": [v.model_dump() for v in r.trajectory.verdicts]} for r in env.last[:8]]
-    return AgenticStage(result=result, questions=len(qas), pages_excluded=len(seen.pages), episodes=episodes)
+    return AgenticStage(result=result, questions=len(qas), pages_excluded=len(seen.pages), episodes=episodes,
+                        check=check)

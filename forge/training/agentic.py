@@ -77,6 +77,7 @@ Chat = list[dict[str, Any]]
 STATE_FILE = "agentic_state.pt"
 MIN_SHARED_PREFIX = 32  # tokens a micro-batch's rows must share before the prefix is run once
 CURVES = ("trajectory_reward", "turn_reward", "rejected_turn_share", "tool_calls")
+CHECK_BATCH = 32  # episodes the held-out check samples at once (no update follows, so no micro-batch bound)
 
 
 @dataclass(frozen=True)
@@ -349,6 +350,29 @@ def update_policy(model: PreTrainedModel, ref_model: PreTrainedModel | None, epi
 def updates(curve: list[dict[str, float]]) -> int:
     """How many steps of ``curve`` changed the policy: those where some trained token carried an advantage."""
     return sum(1 for r in curve if r.get("trained_tokens"))
+
+
+class CheckEnvironment(Protocol):
+    def attempt(self, policy: Any, qas: list[Any]) -> list[EpisodeLike]:
+        """One episode of each question under the training environment's rules."""
+        ...
+
+
+def success_check(model_dir: Path, env: CheckEnvironment, qas: list[Any], cfg: AgenticRLConfig,
+                  runtime: TrainingRuntimeConfig, seed: int) -> int:
+    """How many of ``qas`` the policy in ``model_dir`` answers right, one episode each, sampled as the rollouts are
+    (``cfg.temperature``, the same context rule) from a fixed seed: the held-out check of the stage's start and
+    end checkpoints (tasks/agentic.py), which the training curve's windows cannot give (each step draws other
+    questions, so their mix moves the curve too)."""
+    apply_runtime(runtime)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).to(training_device()).eval()
+    model.config.pad_token_id = tokenizer.pad_token_id
+    policy = TurnPolicy(model, tokenizer, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                        batch_size=max(cfg.micro_batch_size, CHECK_BATCH))
+    torch.manual_seed(seed)
+    with torch.autocast(training_device().type, dtype=torch.bfloat16, enabled=runtime.bf16):
+        return sum(e.trajectory.correct for e in env.attempt(policy, qas))
 
 
 def idle_steps(curve: list[dict[str, float]]) -> int:

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.cost(700)]
 PROFILE = REPO_ROOT / "configs" / "ci.yaml"
 TRAINING_STAGES = ("pretrain", "sft-1-ctx-128", "sft-2-ctx-256", "sft-3-ctx-512", "rm-pointwise", "grpo-pointwise",
                    "rm-pairwise", "grpo-pairwise", "code-warmup", "code-rl-filter-1", "code-rl-stage1",
-                   "code-rl-filter-2", "code-rl-stage2", "agentic-rl")
+                   "code-rl-filter-2", "code-rl-stage2", "agentic-warmup", "agentic-rl")
 
 
 @pytest.fixture(scope="module")
@@ -209,8 +209,8 @@ def test_status_lists_every_run_and_shows_any_of_them(scenario):
 
 
 def test_champion_is_the_final_rl_policy_with_lineage(scenario):
-    """champion = agentic RL → code RL 2 → code RL 1 → code warm-up → pair-wise GRPO → point-wise GRPO → SFT → base; both RMs
-    registered."""
+    """champion = agentic RL → agentic warm-up → code RL 2 → code RL 1 → code warm-up → pair-wise GRPO → point-wise GRPO →
+    SFT → base; both RMs registered."""
     import mlflow
 
     uri = f"sqlite:///{scenario['root'] / '.forge' / 'mlflow' / 'mlflow.db'}"
@@ -223,8 +223,8 @@ def test_champion_is_the_final_rl_policy_with_lineage(scenario):
         if name != "forge-policy":
             break
         version = client.get_model_version(name, number)
-    assert chain == ["agentic-rl", "code-rl-stage2", "code-rl-stage1", "code-warmup", "grpo-pairwise", "grpo-pointwise",
-                     "sft"]
+    assert chain == ["agentic-rl", "agentic-warmup", "code-rl-stage2", "code-rl-stage1", "code-warmup", "grpo-pairwise",
+                     "grpo-pointwise", "sft"]
     assert name == "forge-base"
     # The gate compares every metric a version carries: a GRPO policy carries evaluations only, never its
     # rollout diagnostics (reward under its own RM, truncation rate), which are not comparable across versions.
@@ -250,6 +250,13 @@ def test_champion_is_the_final_rl_policy_with_lineage(scenario):
     assert m["check_optimal_rise_se"] >= 0
     plots = {a.path for a in client.list_artifacts(stage2.info.run_id, "plots")}
     assert "plots/figure4_code_rl.png" in plots
+    # Agentic RL on the link task: a warm-up on other heads' scripted solutions, then RL and its held-out check.
+    warm = client.get_run(stages["agentic-warmup"]["run_id"]).data
+    assert warm.metrics["links_loss_after"] < warm.metrics["links_loss_before"] and warm.params["task"] == "links"
+    agentic = client.get_run(stages["agentic-rl"]["run_id"]).data.metrics
+    assert agentic["check_questions"] == 4
+    assert agentic["check_success_change"] == pytest.approx(agentic["check_success_after"]
+                                                            - agentic["check_success_before"])
 
 
 def test_candidate_matrix_records_every_domain_and_gates(scenario):
