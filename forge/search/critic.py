@@ -163,7 +163,7 @@ def _information_gain(call: ToolCall, obs: str, relevant: set[str], relevant_cf:
         new = [t for t in titles if t in relevant and t not in seen_titles]
         seen_titles.update(titles)
         return bool(new), "the results add no page relevant to the question"
-    if call.name in ("visit", "follow"):
+    if call.name in OPENING_TOOLS:
         title = obs.splitlines()[0] if obs else ""
         seen_titles.add(title)
         if title.casefold() not in relevant_cf:

@@ -183,19 +183,25 @@ class LinkAgent:
         return ep.finish(qa, self.name, ep.messages[-1].content)
 
 
+def _task_qas(g: SearchGraph, cfg: AgenticRLConfig, n: int, seed: int, *, seen: SftSeen = SftSeen(),
+              exclude_heads: AbstractSet[str] = frozenset()) -> list[SearchQA]:
+    """``n`` questions of ``cfg.task`` (lookups or link questions) at ``cfg``'s hop counts."""
+    if cfg.task == "links":
+        return build_link_qas(g, n, relations=cfg.link_relations, min_hops=cfg.min_hops, max_hops=cfg.max_hops,
+                              seen=seen, seed=seed, exclude_heads=exclude_heads)
+    return build_lookup_qas(g, n, min_hops=cfg.min_hops, max_hops=cfg.max_hops, seen=seen, seed=seed,
+                            exclude_heads=exclude_heads)
+
+
 def task_questions(g: SearchGraph, cfg: AgenticRLConfig, seen: SftSeen, seed: int) -> list[SearchQA]:
     """Agentic RL's questions for ``cfg.task``: lookups or link questions whose heads no SFT row opened."""
-    if cfg.task == "links":
-        return build_link_qas(g, cfg.questions, relations=cfg.link_relations, min_hops=cfg.min_hops,
-                              max_hops=cfg.max_hops, seen=seen, seed=seed)
-    return build_lookup_qas(g, cfg.questions, min_hops=cfg.min_hops, max_hops=cfg.max_hops, seen=seen, seed=seed)
+    return _task_qas(g, cfg, cfg.questions, seed, seen=seen)
 
 
 def warmup_questions(g: SearchGraph, cfg: AgenticRLConfig, rl_qas: list[SearchQA], seed: int) -> list[SearchQA]:
-    """The warm-up's link questions: other heads than every RL question's (and than the eval suite's), so RL trains
-    on questions the warm-up never showed solved."""
-    return build_link_qas(g, cfg.warmup_questions, relations=cfg.link_relations, min_hops=cfg.min_hops,
-                          max_hops=cfg.max_hops, seed=seed + 1, exclude_heads={qa.walk["head"] for qa in rl_qas})
+    """The warm-up's link questions (a warm-up needs task ``links``: forge/config.py): other heads than every RL
+    question's (and than the eval suite's), so RL trains on questions the warm-up never showed solved."""
+    return _task_qas(g, cfg, cfg.warmup_questions, seed + 1, exclude_heads={qa.walk["head"] for qa in rl_qas})
 
 
 def check_questions(g: SearchGraph, cfg: AgenticRLConfig, rl_qas: list[SearchQA], seed: int) -> list[SearchQA]:
@@ -204,8 +210,4 @@ def check_questions(g: SearchGraph, cfg: AgenticRLConfig, rl_qas: list[SearchQA]
     used = {qa.walk["head"] for qa in rl_qas}
     if cfg.warmup:
         used |= {qa.walk["head"] for qa in warmup_questions(g, cfg, rl_qas, seed)}
-    if cfg.task == "links":
-        return build_link_qas(g, cfg.check_questions, relations=cfg.link_relations, min_hops=cfg.min_hops,
-                              max_hops=cfg.max_hops, seed=seed + 2, exclude_heads=used)
-    return build_lookup_qas(g, cfg.check_questions, min_hops=cfg.min_hops, max_hops=cfg.max_hops, seed=seed + 2,
-                            exclude_heads=used)
+    return _task_qas(g, cfg, cfg.check_questions, seed + 2, exclude_heads=used)

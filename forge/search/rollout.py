@@ -31,7 +31,7 @@ from typing import Any, Literal, Protocol
 from forge.chat import messages_to_hf
 from forge.config import AgenticRLConfig
 from forge.data.schemas import Message, SearchQA, SearchTrajectory
-from forge.search.agents import Episode, parse_assistant
+from forge.search.agents import DEEP_SEARCH_TOOLS, Episode, parse_assistant
 from forge.search.critic import judge_trajectory
 from forge.search.tools import SPECS_BY_NAME, SearchTools
 
@@ -40,7 +40,7 @@ NOTE_CALLS = 10  # calls a fold note names (the newest); older ones are only cou
 Task = Literal["lookups", "links"]
 # The tools each task family gives the policy: lookups (and deep search) the three deep-search tools; links, the
 # link navigation of forge/search/lookups.py, ``follow`` alone (what it needs: the prompt stays short).
-TASK_TOOLS: dict[str, tuple[str, ...]] = {"lookups": ("search", "visit", "python"), "links": ("follow",)}
+TASK_TOOLS: dict[str, tuple[str, ...]] = {"lookups": DEEP_SEARCH_TOOLS, "links": ("follow",)}
 
 
 class AgentPolicy(Protocol):

@@ -289,6 +289,7 @@ class SearchTools:
         return {label: ts[0] for label, ts in sorted(tails.items()) if len(ts) == 1}
 
     def link_target(self, page: str | None, link: str) -> str | None:
+        """The page (graph id) ``link`` leads to from ``page``; None when no such page or link."""
         mid = self.graph.resolve(page) if page else None
         return None if mid is None else self.links(mid).get(" ".join(link.split()))
 
@@ -296,7 +297,7 @@ class SearchTools:
         mid = self.graph.resolve(page) if page else None
         if mid is None:
             return "Error: no page is open: visit one by its title first."
-        target = self.links(mid).get(" ".join(link.split()))
+        target = self.link_target(page, link)
         if target is None:
             return f"Error: the page of {self.graph.title(mid)} has no link {link!r}."
         return self.link_view(target)
