@@ -46,15 +46,9 @@ def tiny_model():
         tie_word_embeddings=True, pad_token_id=0, eos_token_id=1))
 
 
-def train_block(bf16: bool, shape: tuple[int, int], steps: int, work: Path) -> tuple[float, float]:
-    """ms per optimiser step of a fresh Trainer (after one warm-up step), and its last logged loss."""
+def random_rows(length: int):
+    """A dataset of random token rows of ``length`` (labels = inputs), as long as any block needs."""
     import torch
-    from transformers import Trainer, TrainerCallback, TrainingArguments
-
-    from forge.config import TrainingRuntimeConfig
-    from forge.training.checkpoints import common_trainer_args
-
-    batch, length = shape
 
     class Random(torch.utils.data.Dataset):
         def __len__(self):
@@ -63,6 +57,18 @@ def train_block(bf16: bool, shape: tuple[int, int], steps: int, work: Path) -> t
         def __getitem__(self, i):
             ids = torch.randint(2, VOCAB, (length,), generator=torch.Generator().manual_seed(i))
             return {"input_ids": ids, "labels": ids}
+
+    return Random()
+
+
+def train_block(bf16: bool, shape: tuple[int, int], steps: int, work: Path) -> tuple[float, float]:
+    """ms per optimiser step of a fresh Trainer (after one warm-up step), and its last logged loss."""
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    from forge.config import TrainingRuntimeConfig
+    from forge.training.checkpoints import common_trainer_args
+
+    batch, length = shape
 
     class Clock(TrainerCallback):
         def __init__(self) -> None:
@@ -75,7 +81,7 @@ def train_block(bf16: bool, shape: tuple[int, int], steps: int, work: Path) -> t
     common = common_trainer_args(work, TrainingRuntimeConfig(bf16=bf16), seed=0, save_steps=10**6)
     args = TrainingArguments(**(common | {"save_strategy": "no"}), max_steps=steps + 1,
                              per_device_train_batch_size=batch, learning_rate=1e-3, logging_steps=steps)
-    trainer = Trainer(model=tiny_model(), args=args, train_dataset=Random(), callbacks=[clock])
+    trainer = Trainer(model=tiny_model(), args=args, train_dataset=random_rows(length), callbacks=[clock])
     trainer.train()
     loss = [r["loss"] for r in trainer.state.log_history if "loss" in r][-1]
     return (clock.times[-1] - clock.times[0]) / steps * 1000, loss
