@@ -61,14 +61,26 @@ def random_rows(length: int):
     return Random()
 
 
-def train_block(bf16: bool, shape: tuple[int, int], steps: int, work: Path) -> tuple[float, float]:
-    """ms per optimiser step of a fresh Trainer (after one warm-up step), and its last logged loss."""
-    from transformers import Trainer, TrainerCallback, TrainingArguments
+def run_trainer(shape: tuple[int, int], steps: int, work: Path, callback, *, bf16: bool = False):
+    """A fresh ``Trainer`` from Forge's ``common_trainer_args`` over random rows of ``shape`` (batch, length), trained
+    ``steps`` + 1 optimiser steps (the first a warm-up) with ``callback``; returns the trainer."""
+    from transformers import Trainer, TrainingArguments
 
     from forge.config import TrainingRuntimeConfig
     from forge.training.checkpoints import common_trainer_args
 
     batch, length = shape
+    common = common_trainer_args(work, TrainingRuntimeConfig(bf16=bf16), seed=0, save_steps=10**6)
+    args = TrainingArguments(**(common | {"save_strategy": "no"}), max_steps=steps + 1,
+                             per_device_train_batch_size=batch, learning_rate=1e-3, logging_steps=steps)
+    trainer = Trainer(model=tiny_model(), args=args, train_dataset=random_rows(length), callbacks=[callback])
+    trainer.train()
+    return trainer
+
+
+def train_block(bf16: bool, shape: tuple[int, int], steps: int, work: Path) -> tuple[float, float]:
+    """ms per optimiser step of a fresh Trainer (after one warm-up step), and its last logged loss."""
+    from transformers import TrainerCallback
 
     class Clock(TrainerCallback):
         def __init__(self) -> None:
@@ -78,11 +90,7 @@ def train_block(bf16: bool, shape: tuple[int, int], steps: int, work: Path) -> t
             self.times.append(time.perf_counter())
 
     clock = Clock()
-    common = common_trainer_args(work, TrainingRuntimeConfig(bf16=bf16), seed=0, save_steps=10**6)
-    args = TrainingArguments(**(common | {"save_strategy": "no"}), max_steps=steps + 1,
-                             per_device_train_batch_size=batch, learning_rate=1e-3, logging_steps=steps)
-    trainer = Trainer(model=tiny_model(), args=args, train_dataset=random_rows(length), callbacks=[clock])
-    trainer.train()
+    trainer = run_trainer(shape, steps, work, clock, bf16=bf16)
     loss = [r["loss"] for r in trainer.state.log_history if "loss" in r][-1]
     return (clock.times[-1] - clock.times[0]) / steps * 1000, loss
 

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bf16_cpu import REPO, SHAPES, VOCAB, random_rows, tiny_model
+from bf16_cpu import REPO, SHAPES, VOCAB, run_trainer, tiny_model
 
 SIDES = ("default", "kept")
 
@@ -46,12 +46,7 @@ def per_step(start: tuple, end: tuple, steps: int) -> dict[str, float]:
 
 def train(shape: tuple[int, int], steps: int, work: Path) -> dict[str, float]:
     """Per-step figures over ``steps`` optimiser steps of a fresh Trainer, after one warm-up step."""
-    from transformers import Trainer, TrainerCallback, TrainingArguments
-
-    from forge.config import TrainingRuntimeConfig
-    from forge.training.checkpoints import common_trainer_args
-
-    batch, length = shape
+    from transformers import TrainerCallback
 
     class Clock(TrainerCallback):
         def __init__(self) -> None:
@@ -61,10 +56,7 @@ def train(shape: tuple[int, int], steps: int, work: Path) -> dict[str, float]:
             self.marks.append(usage())
 
     clock = Clock()
-    common = common_trainer_args(work, TrainingRuntimeConfig(bf16=False), seed=0, save_steps=10**6)
-    args = TrainingArguments(**(common | {"save_strategy": "no"}), max_steps=steps + 1,
-                             per_device_train_batch_size=batch, learning_rate=1e-3, logging_steps=steps)
-    Trainer(model=tiny_model(), args=args, train_dataset=random_rows(length), callbacks=[clock]).train()
+    run_trainer(shape, steps, work, clock)
     return per_step(clock.marks[0], clock.marks[-1], steps)
 
 

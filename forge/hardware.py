@@ -82,8 +82,8 @@ def keep_freed_memory() -> bool:
     the kernel must fault in and zero. On the tiny model's pre-training step (2 cores, fp32) that was ~87,000 page
     faults and ~0.18 s of system time a step; kept, ~4,500 and ~0.02 s, and the step 1.13x faster
     (bench/malloc_cpu.py, docs/scale.md). The process holds on to what it freed (peak RSS ~9% higher in that bench)
-    instead of shrinking between stages. Returns
-    whether both settings took (False where the C library has no ``mallopt``: not glibc)."""
+    instead of shrinking between stages. Returns whether both settings took (False where the C library has no
+    ``mallopt``: not glibc); both are always attempted."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
