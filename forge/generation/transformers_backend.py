@@ -18,6 +18,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from forge.chat import ENDOFTEXT, IM_END
+from forge.generation.attention import use_decode_attention
 from forge.generation.base import ChatTemplateBackend
 
 
@@ -44,6 +45,7 @@ class TransformersBackend(ChatTemplateBackend):
             model = AutoModelForCausalLM.from_pretrained(model)
         if tokenizer is None:
             raise ValueError("TransformersBackend needs a tokenizer when given a model object")
+        use_decode_attention()
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer

@@ -29,6 +29,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, Trai
 from transformers.trainer_callback import PrinterCallback
 
 from forge.config import TrainingRuntimeConfig
+from forge.generation.attention import use_decode_attention
 from forge.hardware import keep_freed_memory
 from forge.training.launch import assert_replicas_agree, barrier, beside, is_main_process
 
@@ -249,7 +250,8 @@ def training_device() -> torch.device:
 
 def apply_runtime(runtime: TrainingRuntimeConfig) -> None:
     """Process-wide runtime settings: CPU threads; freed memory kept for reuse (forge/hardware.py
-    ``keep_freed_memory``); on CUDA in bf16, attention without cuDNN's fused kernel.
+    ``keep_freed_memory``); a sampled token's attention as two matrix products on a CPU
+    (forge/generation/attention.py); on CUDA in bf16, attention without cuDNN's fused kernel.
 
     On an H200 (torch 2.11.0+cu130, 2026-11-27) GRPO in bf16 went NaN at step 36 of 40: anomaly detection named
     ``ScaledDotProductCudnnAttentionBackward0`` as the op returning NaN gradients (the forward was finite), and with
@@ -258,6 +260,7 @@ def apply_runtime(runtime: TrainingRuntimeConfig) -> None:
     if runtime.threads > 0:
         torch.set_num_threads(runtime.threads)
     keep_freed_memory()
+    use_decode_attention()
     if runtime.bf16 and torch.cuda.is_available():
         torch.backends.cuda.enable_cudnn_sdp(False)
 
