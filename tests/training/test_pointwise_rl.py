@@ -7,14 +7,22 @@ from __future__ import annotations
 import pytest
 import torch
 from datasets import Dataset
-from transformers import AutoModelForCausalLM
+from transformers import AttentionInterface, AutoModelForCausalLM
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from trl import GRPOTrainer
 
 from forge.config import BaseModelConfig, GRPOSettings, RewardModelSettings, TrainingRuntimeConfig
 from forge.generation.transformers_backend import TransformersBackend
 from forge.training.base_model import build_model
 from forge.training.checkpoints import save_atomically
-from forge.training.grpo import LogitsGRPOTrainer, PointwiseRMReward, build_grpo_config, is_overlong, run_grpo
+from forge.training.grpo import (
+    LogitsGRPOTrainer,
+    MixedSamplingGRPOTrainer,
+    PointwiseRMReward,
+    build_grpo_config,
+    is_overlong,
+    run_grpo,
+)
 from forge.training.pairs import (
     FORGE_PAIR_SOURCE,
     build_rl_prompts,
@@ -182,3 +190,39 @@ def test_logits_path_scores_completions_as_trls_fused_head(hh_chats, base_dir, t
     with torch.no_grad():
         at_one = LogitsGRPOTrainer._get_per_token_logps_and_entropies(trainer, trainer.model, ids, mask, kept)[0]
     assert not torch.allclose(at_one[valid], logits[0][valid], atol=1e-3)
+
+
+@pytest.mark.parametrize("bf16", [True, False])
+def test_rollouts_are_sampled_under_the_training_autocast(bf16, hh_chats, base_dir, tokenizer, tmp_path):
+    """Forge's GRPO trainers sample under the autocast their training forwards use (TRL 1.16 samples outside it):
+    with runtime.bf16 every sampled token's attention runs under bf16 autocast, without it in fp32; TRL's own
+    trainer samples in fp32 either way."""
+    prompts = build_rl_prompts(hh_chats, tokenizer, max_prompts=2, max_prompt_tokens=32, seed=0)
+    runtime = TrainingRuntimeConfig(bf16=bf16)
+    seen: list[torch.dtype] = []  # per attention call: autocast's dtype where it is on, else the query's
+    sdpa = ALL_ATTENTION_FUNCTIONS["sdpa"]
+
+    def recording(module, query, *args, **kwargs):
+        on = torch.is_autocast_enabled(query.device.type)
+        seen.append(torch.get_autocast_dtype(query.device.type) if on else query.dtype)
+        return sdpa(module, query, *args, **kwargs)
+
+    dtypes = {}
+    try:
+        AttentionInterface.register("sdpa", recording)
+        for cls in (MixedSamplingGRPOTrainer, GRPOTrainer):
+            trainer = cls(model=AutoModelForCausalLM.from_pretrained(base_dir),
+                          reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
+                          args=build_grpo_config(GRPO_CFG.model_copy(update={"max_completion_length": 4}), runtime,
+                                                 tmp_path / cls.__name__),
+                          train_dataset=Dataset.from_list(prompts), processing_class=tokenizer)
+            ids = [tokenizer(tokenizer.apply_chat_template(p["prompt"], add_generation_prompt=True, tokenize=False),
+                             add_special_tokens=False)["input_ids"] for p in prompts]
+            seen.clear()
+            completions, _ = trainer._generate_single_turn(ids, None, {}, 1)
+            assert len(completions) == 2 and seen
+            dtypes[cls] = set(seen)
+    finally:
+        AttentionInterface.register("sdpa", sdpa)
+    assert dtypes[MixedSamplingGRPOTrainer] == {torch.bfloat16 if bf16 else torch.float32}
+    assert dtypes[GRPOTrainer] == {torch.float32}
