@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/decode_attention.py [--rounds 5] [--out bench/results/decode_attention.json]
 
-``forge.generation.attention.use_decode_attention`` (called by every training stage and the transformers backend)
+``forge.attention.use_decode_attention`` (called by every training stage and the transformers backend)
 sends each sampled token's attention (one query over the KV cache, on a CPU) through two matrix products instead
 of PyTorch's flash kernel, and Forge's GRPO trainers (forge/training/grpo.py ``MixedSamplingGRPOTrainer``) sample
 under the bf16 autocast their training forwards run under where ``runtime.bf16: auto`` turns it on. This samples
@@ -99,7 +99,7 @@ def main() -> None:
     from transformers import AttentionInterface
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from forge.generation.attention import decode_attention
+    from forge.attention import decode_attention
     from forge.hardware import bf16_pays_off, cpu_bf16_unit
 
     torch.set_num_threads(os.cpu_count() or 1)
@@ -134,7 +134,7 @@ def main() -> None:
               f"{results[name]['speedup']:.2f}x  logits differ by {results[name]['step_logits_max_abs_diff']:.1e}")
     AttentionInterface.register("sdpa", sdpa_attention_forward)
     report = {
-        "benchmark": "sampling before / after Forge's CPU decode attention (forge/generation/attention.py) and GRPO "
+        "benchmark": "sampling before / after Forge's CPU decode attention (forge/attention.py) and GRPO "
                      "sampling under the training autocast (forge/training/grpo.py)",
         "command": f".venv/bin/python bench/decode_attention.py --rounds {args.rounds}",
         "date": time.strftime("%Y-%m-%d"),

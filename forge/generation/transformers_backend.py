@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from forge.attention import use_decode_attention
 from forge.chat import ENDOFTEXT, IM_END
-from forge.generation.attention import use_decode_attention
 from forge.generation.base import ChatTemplateBackend
 
 

@@ -28,8 +28,8 @@ from accelerate.utils import DistributedType
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 
+from forge.attention import use_decode_attention
 from forge.config import TrainingRuntimeConfig
-from forge.generation.attention import use_decode_attention
 from forge.hardware import keep_freed_memory
 from forge.training.launch import assert_replicas_agree, barrier, beside, is_main_process
 
@@ -251,7 +251,7 @@ def training_device() -> torch.device:
 def apply_runtime(runtime: TrainingRuntimeConfig) -> None:
     """Process-wide runtime settings: CPU threads; freed memory kept for reuse (forge/hardware.py
     ``keep_freed_memory``); a sampled token's attention as two matrix products on a CPU
-    (forge/generation/attention.py); on CUDA in bf16, attention without cuDNN's fused kernel.
+    (forge/attention.py); on CUDA in bf16, attention without cuDNN's fused kernel.
 
     On an H200 (torch 2.11.0+cu130, 2026-11-27) GRPO in bf16 went NaN at step 36 of 40: anomaly detection named
     ``ScaledDotProductCudnnAttentionBackward0`` as the op returning NaN gradients (the forward was finite), and with

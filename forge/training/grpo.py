@@ -167,7 +167,7 @@ class MixedSamplingGRPOTrainer(GRPOTrainer):
     """TRL's ``GRPOTrainer`` sampling its rollouts under the autocast its training forwards run under (bf16 where
     ``runtime.bf16`` resolves true; none in fp32). TRL 1.16 calls ``generate`` outside autocast, so on a bf16 host
     the policy sampled in fp32 what it was then scored and trained on in bf16. Under autocast the rollouts come from
-    the distribution the loss sees, and with the CPU decode attention (forge/generation/attention.py) they are
+    the distribution the loss sees, and with the CPU decode attention (forge/attention.py) they are
     faster too: 1.2x a GRPO stage's sampling on an AMD EPYC 25/17 (docs/scale.md "Attention for one new token")."""
 
     def _generate_single_turn(self, *args, **kwargs):

@@ -15,7 +15,7 @@ function unchanged:
 
 Grouped-query attention needs no repeated K/V: the query heads that share a K/V head are one matrix's rows.
 
-    from forge.generation.attention import use_decode_attention
+    from forge.attention import use_decode_attention
     use_decode_attention()   # once per process; TransformersBackend and every training stage call it
 """
 

@@ -1,4 +1,4 @@
-"""The CPU decode attention (forge/generation/attention.py): a sampled token's attention in bf16 (bf16 tensors,
+"""The CPU decode attention (forge/attention.py): a sampled token's attention in bf16 (bf16 tensors,
 or fp32 ones under bf16 autocast) equals exact attention within bf16 rounding, as SDPA's does, with padding masks
 and grouped K/V heads; a model decoding through its KV cache under autocast gives the logits SDPA's decoding gives;
 every other call (fp32, a prefill) is SDPA's own, bit for bit."""
@@ -9,8 +9,8 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from forge.attention import decode_attention, use_decode_attention
 from forge.config import BaseModelConfig
-from forge.generation.attention import decode_attention, use_decode_attention
 from forge.training.base_model import build_model
 
 
