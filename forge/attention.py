@@ -39,14 +39,10 @@ def decode_attention(
     """transformers' attention-function signature: query (batch, heads, q, dim), key and value (batch, kv heads,
     kv, dim), the mask as transformers builds it for SDPA (bool, True where a position is seen, or additive, or
     None); returns (batch, q, heads, dim)."""
-    batch, heads, q_len, dim = query.shape
-    # bf16 (weights, or autocast: RoPE leaves q and k fp32 there, v bf16); fp32 keeps SDPA's kernel, as fast here
-    reduced = query.dtype != torch.float32 or value.dtype != torch.float32 or torch.is_autocast_enabled("cpu")
-    if q_len != 1 or query.device.type != "cpu" or not reduced or dropout or kwargs.get("output_attentions") or any(
-        kwargs.get(k) is not None for k in ("position_bias", "cache")
-    ):
+    if not _cpu_decode_step_in_bf16(query, value, dropout, kwargs):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
+    batch, heads, _, dim = query.shape
     kv_heads = key.shape[1]
     scale = scaling if scaling is not None else dim**-0.5
     with torch.autocast("cpu", enabled=False):  # the dtypes below are chosen, not autocast's
@@ -60,6 +56,17 @@ def decode_attention(
         probs = torch.softmax(scores, dim=-1).to(value.dtype)
         out = torch.matmul(probs, value)  # (batch, kv heads, group, dim)
     return out.reshape(batch, heads, 1, dim).transpose(1, 2).contiguous(), None
+
+
+def _cpu_decode_step_in_bf16(query: torch.Tensor, value: torch.Tensor, dropout: float, kwargs: dict) -> bool:
+    """One query per row on a CPU, in bf16 (bf16 weights, or autocast: RoPE leaves q and k fp32 there, v bf16; fp32
+    keeps SDPA's kernel, as fast there), with nothing SDPA's function handles that this path does not (dropout,
+    returned weights, a position bias, a paged cache)."""
+    if query.shape[2] != 1 or query.device.type != "cpu":
+        return False
+    if dropout or kwargs.get("output_attentions") or any(kwargs.get(k) is not None for k in ("position_bias", "cache")):
+        return False
+    return query.dtype != torch.float32 or value.dtype != torch.float32 or torch.is_autocast_enabled("cpu")
 
 
 def use_decode_attention() -> None:

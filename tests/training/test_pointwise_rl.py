@@ -207,6 +207,8 @@ def test_rollouts_are_sampled_under_the_training_autocast(bf16, hh_chats, base_d
         seen.append(torch.get_autocast_dtype(query.device.type) if on else query.dtype)
         return sdpa(module, query, *args, **kwargs)
 
+    ids = [tokenizer(tokenizer.apply_chat_template(p["prompt"], add_generation_prompt=True, tokenize=False),
+                     add_special_tokens=False)["input_ids"] for p in prompts]
     dtypes = {}
     try:
         AttentionInterface.register("sdpa", recording)
@@ -216,8 +218,6 @@ def test_rollouts_are_sampled_under_the_training_autocast(bf16, hh_chats, base_d
                           args=build_grpo_config(GRPO_CFG.model_copy(update={"max_completion_length": 4}), runtime,
                                                  tmp_path / cls.__name__),
                           train_dataset=Dataset.from_list(prompts), processing_class=tokenizer)
-            ids = [tokenizer(tokenizer.apply_chat_template(p["prompt"], add_generation_prompt=True, tokenize=False),
-                             add_special_tokens=False)["input_ids"] for p in prompts]
             seen.clear()
             completions, _ = trainer._generate_single_turn(ids, None, {}, 1)
             assert len(completions) == 2 and seen
