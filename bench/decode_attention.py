@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/decode_attention.py [--rounds 5] [--out bench/results/decode_attention.json]
 
-``forge.attention.use_decode_attention`` (called by every training stage and the transformers backend)
+``forge.attention.use_fast_decoding`` (called by every training stage and the transformers backend)
 sends each sampled token's attention (one query over the KV cache, on a CPU) through two matrix products instead
 of PyTorch's flash kernel, and Forge's GRPO trainers (forge/training/grpo.py ``MixedSamplingGRPOTrainer``) sample
 under the bf16 autocast their training forwards run under where ``runtime.bf16: auto`` turns it on. This samples
@@ -89,6 +89,45 @@ def step_difference(model, scenario: tuple, ours, theirs) -> float:
     return float((out[0] - out[1]).abs().max())
 
 
+def alternate(run, sides: list[str], rounds: int) -> dict[str, list[float]]:
+    """``run(side, seed)`` → seconds: each side once to warm up, then ``rounds`` rounds, the sides' order reversed
+    every other round."""
+    for side in sides:
+        run(side, 0)
+    seconds: dict[str, list[float]] = {side: [] for side in sides}
+    for r in range(rounds):
+        for side in (sides if r % 2 == 0 else sides[::-1]):
+            seconds[side].append(run(side, r))
+    return seconds
+
+
+def timings(seconds: dict[str, list[float]], tokens: int, baseline: str, candidate: str) -> dict:
+    """Per side the seconds, their median and tokens/s; the baseline's median over the candidate's."""
+    median = {side: statistics.median(s) for side, s in seconds.items()}
+    return {"seconds": {side: [round(x, 3) for x in s] for side, s in seconds.items()},
+            "median_s": {side: round(m, 3) for side, m in median.items()},
+            "tokens_per_s": {side: round(tokens / m, 1) for side, m in median.items()},
+            "speedup": round(median[baseline] / median[candidate], 3)}
+
+
+def write_report(out: str, benchmark: str, command: str, load_before: tuple, scenarios: dict) -> None:
+    """The JSON report with the machine (platform, torch, bf16 unit) and its load before and after."""
+    import torch
+
+    from forge.hardware import bf16_pays_off, cpu_bf16_unit
+
+    report = {
+        "benchmark": benchmark, "command": command, "date": time.strftime("%Y-%m-%d"),
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
+                    "bf16_unit": cpu_bf16_unit(), "bf16_pays_off": bf16_pays_off(),
+                    "load_avg_before": [round(x, 2) for x in load_before],
+                    "load_avg_after": [round(x, 2) for x in os.getloadavg()]},
+        "scenarios": scenarios,
+    }
+    Path(out).write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -100,7 +139,7 @@ def main() -> None:
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     from forge.attention import decode_attention
-    from forge.hardware import bf16_pays_off, cpu_bf16_unit
+    from forge.hardware import bf16_pays_off
 
     torch.set_num_threads(os.cpu_count() or 1)
     model = tiny_model().eval()
@@ -111,40 +150,26 @@ def main() -> None:
     for name, (rows, shortest, longest, new, before, after) in SCENARIOS.items():
         shapes = {"before": (rows, shortest, longest, new, before and bf16),
                   "after": (rows, shortest, longest, new, after and bf16)}
-        seconds: dict[str, list[float]] = {side: [] for side in attention}
-        for side, fn in attention.items():  # warm both once
-            AttentionInterface.register("sdpa", fn)
-            sample(model, shapes[side], seed=0)
-        for r in range(args.rounds):
-            for side in (attention if r % 2 == 0 else reversed(list(attention))):
-                AttentionInterface.register("sdpa", attention[side])
-                seconds[side].append(sample(model, shapes[side], seed=r))
-        median = {side: statistics.median(s) for side, s in seconds.items()}
+
+        def run(side: str, seed: int, shapes=shapes) -> float:
+            AttentionInterface.register("sdpa", attention[side])
+            return sample(model, shapes[side], seed=seed)
+
+        seconds = alternate(run, list(attention), args.rounds)
         results[name] = {
             "rows": rows, "prompt_tokens": [shortest, longest], "new_tokens": new,
             "bf16_autocast": {side: shape[-1] for side, shape in shapes.items()},
-            "seconds": {side: [round(x, 3) for x in s] for side, s in seconds.items()},
-            "median_s": {side: round(m, 3) for side, m in median.items()},
-            "tokens_per_s": {side: round(rows * new / m, 1) for side, m in median.items()},
-            "speedup": round(median["before"] / median["after"], 3),
+            **timings(seconds, rows * new, "before", "after"),
             "step_logits_max_abs_diff": step_difference(model, shapes["after"], decode_attention,
                                                         sdpa_attention_forward),
         }
+        median = results[name]["median_s"]
         print(f"{name:8s} before {median['before']:.2f} s  after {median['after']:.2f} s  "
               f"{results[name]['speedup']:.2f}x  logits differ by {results[name]['step_logits_max_abs_diff']:.1e}")
     AttentionInterface.register("sdpa", sdpa_attention_forward)
-    report = {
-        "benchmark": "sampling before / after Forge's CPU decode attention (forge/attention.py) and GRPO "
-                     "sampling under the training autocast (forge/training/grpo.py)",
-        "command": f".venv/bin/python bench/decode_attention.py --rounds {args.rounds}",
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
-                    "bf16_unit": cpu_bf16_unit(), "bf16_pays_off": bf16, "load_avg_before": [round(x, 2) for x in load_before],
-                    "load_avg_after": [round(x, 2) for x in os.getloadavg()]},
-        "scenarios": results,
-    }
-    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
-    print(f"wrote {args.out}")
+    write_report(args.out, "sampling before / after Forge's CPU decode attention (forge/attention.py) and GRPO "
+                 "sampling under the training autocast (forge/training/grpo.py)",
+                 f".venv/bin/python bench/decode_attention.py --rounds {args.rounds}", load_before, results)
 
 
 if __name__ == "__main__":

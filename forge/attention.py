@@ -1,13 +1,14 @@
-"""Attention for one new token on a CPU: what every sampled token costs, written as two small matrix products.
+"""What every sampled token costs on a CPU, made smaller: attention for one new token, and a KV cache that grows
+in place.
 
-Sampling a token attends one query to the whole KV cache. PyTorch's ``scaled_dot_product_attention`` takes its
-flash kernel on a CPU for that too, and for a single query in bf16 that kernel is slow: on the tiny model's shapes
-(4 heads of 64, a cache of ~200 positions, 16–128 rows) it took 2.4–2.8x the time of the two ``matmul`` calls
-below (AMD EPYC 25/17, docs/scale.md "Attention for one new token"), and sampling is half of an RL stage's time.
-In fp32 the kernel is about as fast as they are (whole samplings 0.95–1.02x), so there nothing changes. So on a
-CPU a decode step in bf16 (bf16 weights, or under bf16 autocast; one query per row, no dropout) takes this path,
-and everything else (fp32, the prompt's prefill, every training forward, any GPU) takes transformers' own SDPA
-function unchanged:
+Attention. Sampling a token attends one query to the whole KV cache. PyTorch's ``scaled_dot_product_attention``
+takes its flash kernel on a CPU for that too, and for a single query in bf16 that kernel is slow: on the tiny
+model's shapes (4 heads of 64, a cache of ~200 positions, 16–128 rows) it took 2.4–2.8x the time of the two
+``matmul`` calls below (AMD EPYC 25/17, docs/scale.md "Attention for one new token"), and sampling is half of an RL
+stage's time. In fp32 the kernel is about as fast as they are (whole samplings 0.95–1.02x), so there nothing
+changes. So on a CPU a decode step in bf16 (bf16 weights, or under bf16 autocast; one query per row, no dropout)
+takes this path, and everything else (fp32, the prompt's prefill, every training forward, any GPU) takes
+transformers' own SDPA function unchanged:
 
     scores = q · Kᵀ · scale   in fp32 (q and K upcast: the same precision as the flash kernel keeps its scores)
     probs  = softmax(scores + mask) in fp32, cast to V's dtype
@@ -15,14 +16,21 @@ function unchanged:
 
 Grouped-query attention needs no repeated K/V: the query heads that share a K/V head are one matrix's rows.
 
-    from forge.attention import use_decode_attention
-    use_decode_attention()   # once per process; TransformersBackend and every training stage call it
+The cache. transformers' ``DynamicCache`` appends a step's keys and values with ``torch.cat``, which copies the
+whole cache of every layer for every token: at the agentic stage's ~900-token histories that copy is as much memory
+traffic as the attention reading it. :class:`GrowingCache` writes into room kept ahead (docs/scale.md, "A KV cache
+that grows in place"); attention sees the same numbers.
+
+    from forge.attention import use_fast_decoding
+    use_fast_decoding()   # once per process; TransformersBackend and every training stage call it
 """
 
 from __future__ import annotations
 
 import torch
 from transformers import AttentionInterface
+from transformers.cache_utils import DynamicCache, DynamicLayer
+from transformers.generation import utils as generation_utils
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 
@@ -69,7 +77,78 @@ def _cpu_decode_step_in_bf16(query: torch.Tensor, value: torch.Tensor, dropout: 
     return query.dtype != torch.float32 or value.dtype != torch.float32 or torch.is_autocast_enabled("cpu")
 
 
-def use_decode_attention() -> None:
-    """Make models whose attention is ``sdpa`` (transformers' default) take :func:`decode_attention`, which hands
-    every call but a CPU decode step back to the SDPA function. Idempotent; process-wide."""
+HEADROOM = 64  # positions a layer of the KV cache keeps free at least when it makes room
+
+
+class GrowingLayer(DynamicLayer):
+    """A layer of the KV cache that writes each new position into room it keeps ahead, where transformers'
+    ``DynamicLayer`` concatenates: that copies the layer's whole cache (keys and values, every row) for every sampled
+    token, so the copying grows with the context. Here the prompt's prefill makes room for half as many positions
+    again (at least :data:`HEADROOM`), a step writes one position, and when the room runs out it grows by half again
+    (one copy). ``keys`` and ``values`` stay what ``DynamicLayer`` holds, the cached positions and no more (views of
+    the room), so attention reads the same numbers and the layer's other methods (crop, batch reorders) work on them
+    unchanged; what they put in the views' place is taken over at the next update."""
+
+    _key_room: torch.Tensor | None = None
+    _value_room: torch.Tensor | None = None
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        length = self.get_seq_length()
+        end = length + key_states.shape[-2]
+        if not self._holds(key_states, value_states, end):
+            self._make_room(key_states, value_states, length, end)
+        key_room, value_room = self._key_room, self._value_room
+        assert key_room is not None and value_room is not None
+        key_room[:, :, length:end].copy_(key_states)
+        value_room[:, :, length:end].copy_(value_states)
+        self.keys, self.values = key_room[:, :, :end], value_room[:, :, :end]
+        return self.keys, self.values
+
+    def _holds(self, key_states: torch.Tensor, value_states: torch.Tensor, end: int) -> bool:
+        """The room has ``end`` positions for these rows, takes these dtypes as they are or wider (as a
+        concatenation would promote them), and the cached keys and values are still its views (a batch reorder
+        replaces them; a crop keeps them, shorter)."""
+        key_room, value_room = self._key_room, self._value_room
+        if key_room is None or value_room is None or end > key_room.shape[-2]:
+            return False
+        return all(cached.data_ptr() == room.data_ptr() and cached.shape[:2] == new.shape[:2]
+                   and room.shape[-1] == new.shape[-1] and torch.promote_types(room.dtype, new.dtype) == room.dtype
+                   for cached, room, new in ((self.keys, key_room, key_states), (self.values, value_room, value_states)))
+
+    def _make_room(self, key_states: torch.Tensor, value_states: torch.Tensor, length: int, end: int) -> None:
+        """New room for ``end`` positions and half as many again (at least HEADROOM), holding the ``length`` cached,
+        in the dtype ``DynamicLayer``'s concatenation gives: the wider of the cached and the new, where an empty cache
+        has the first keys' dtype (under bf16 autocast RoPE leaves the keys fp32, so the bf16 values are kept fp32)."""
+        capacity = end + max(end // 2, HEADROOM)
+        rooms = []
+        for cached, new in ((self.keys, key_states), (self.values, value_states)):
+            dtype = torch.promote_types(cached.dtype, new.dtype)
+            room = new.new_empty((*new.shape[:2], capacity, new.shape[-1]), dtype=dtype)
+            if length:
+                room[:, :, :length].copy_(cached)
+            rooms.append(room)
+        self._key_room, self._value_room = rooms
+
+
+class GrowingCache(DynamicCache):
+    """transformers' ``DynamicCache`` with :class:`GrowingLayer` for its full-attention layers (sliding-window and
+    other layers as ``DynamicCache`` makes them): what ``generate`` builds once :func:`use_fast_decoding` ran."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.layers = [GrowingLayer() if type(layer) is DynamicLayer and not layer.is_initialized else layer
+                       for layer in self.layers]
+        if self.layer_class_to_replicate is DynamicLayer:
+            self.layer_class_to_replicate = GrowingLayer
+
+
+def use_fast_decoding() -> None:
+    """Make sampling on this process take the two paths above: models whose attention is ``sdpa`` (transformers'
+    default) take :func:`decode_attention`, which hands every call but a CPU decode step in bf16 back to the SDPA
+    function, and ``generate`` (ours, TRL's) builds a :class:`GrowingCache` where it would build a ``DynamicCache``
+    (a subclass: every check for one holds). Idempotent; process-wide."""
     AttentionInterface.register("sdpa", decode_attention)
+    generation_utils.DynamicCache = GrowingCache

@@ -1,15 +1,17 @@
 """The CPU decode attention (forge/attention.py): a sampled token's attention in bf16 (bf16 tensors,
 or fp32 ones under bf16 autocast) equals exact attention within bf16 rounding, as SDPA's does, with padding masks
 and grouped K/V heads; a model decoding through its KV cache under autocast gives the logits SDPA's decoding gives;
-every other call (fp32, a prefill) is SDPA's own, bit for bit."""
+every other call (fp32, a prefill) is SDPA's own, bit for bit. The KV cache that grows in place samples what
+transformers' DynamicCache samples, bit for bit, and generate builds it once fast decoding is on."""
 
 import pytest
 import torch
 from transformers import AttentionInterface
+from transformers.cache_utils import DynamicCache, DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from forge.attention import decode_attention, use_decode_attention
+from forge.attention import HEADROOM, GrowingCache, GrowingLayer, decode_attention, use_fast_decoding
 from forge.config import BaseModelConfig
 from forge.training.base_model import build_model
 
@@ -80,7 +82,7 @@ def test_other_calls_are_sdpas_own(q_len, dtype):
 
 
 def test_cached_decoding_under_autocast_gives_sdpas_logits(tokenizer):
-    use_decode_attention()
+    use_fast_decoding()
     assert ALL_ATTENTION_FUNCTIONS["sdpa"] is decode_attention
     cfg = BaseModelConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128, seed=5)
     model = build_model(cfg, tokenizer).eval()
@@ -101,7 +103,77 @@ def test_cached_decoding_under_autocast_gives_sdpas_logits(tokenizer):
                                      pad_token_id=0, eos_token_id=None)
             logits[name] = torch.stack(out.logits[1:], dim=1)  # steps 2..10: one query each over the cache
     finally:
-        use_decode_attention()
+        use_fast_decoding()
     assert logits["decode"].shape == (3, 9, model.config.vocab_size)
     difference = (logits["decode"] - logits["sdpa"]).abs().max()
     assert 0 < difference < 0.05 * logits["sdpa"].abs().max(), difference  # computed apart, alike within rounding
+
+
+def _generate(model, ids, attention, cache, **sampling):
+    torch.manual_seed(0)
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=attention, past_key_values=cache, max_new_tokens=90,
+                             min_new_tokens=90, output_logits=True, return_dict_in_generate=True, pad_token_id=0,
+                             eos_token_id=None, **sampling)
+    return out.sequences, torch.stack(out.logits, dim=1)
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_a_growing_cache_samples_what_a_dynamic_one_does_bit_for_bit(tokenizer, autocast):
+    """Left-padded rows, 90 new tokens past a 12-token prompt: the room (12 + 64) grows once on the way."""
+    use_fast_decoding()
+    cfg = BaseModelConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128, seed=5)
+    model = build_model(cfg, tokenizer).eval()
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(10, model.config.vocab_size, (3, 12), generator=g)
+    attention = torch.ones_like(ids)
+    attention[1, :5] = 0
+    caches = {}
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        for sampling in ({"do_sample": False}, {"do_sample": True, "temperature": 1.3}):
+            results = []
+            for cache in (DynamicCache(config=model.config), GrowingCache(config=model.config)):
+                results.append(_generate(model, ids, attention, cache, **sampling))
+                caches[type(cache)] = cache
+            (dynamic_ids, dynamic_logits), (growing_ids, growing_logits) = results
+            assert torch.equal(growing_ids, dynamic_ids) and torch.equal(growing_logits, dynamic_logits)
+    layer = caches[GrowingCache].layers[0]
+    assert isinstance(layer, GrowingLayer) and layer.keys.shape[-2] == 12 + 90 - 1  # the last token is never fed
+    assert layer._key_room.shape[-2] > 12 + HEADROOM  # it grew
+    assert torch.equal(layer.keys, caches[DynamicCache].layers[0].keys)
+
+
+def test_generate_builds_a_growing_cache_once_fast_decoding_is_on(tokenizer):
+    use_fast_decoding()
+    model = build_model(BaseModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=2,
+                                        intermediate_size=64), tokenizer).eval()
+    with torch.no_grad():
+        out = model.generate(input_ids=torch.tensor([[11, 12, 13]]), max_new_tokens=3, do_sample=False,
+                             return_dict_in_generate=True, pad_token_id=0, eos_token_id=None)
+    assert type(out.past_key_values) is GrowingCache
+    assert all(type(layer) is GrowingLayer for layer in out.past_key_values.layers)
+
+
+def test_a_step_writes_in_place_and_a_crop_or_reorder_is_taken_over():
+    """Each one-position update lands in the same room (no copy of the cache); a crop, then a batch reorder (which
+    replace the views), leave the layer caching exactly what DynamicLayer caches after the same calls."""
+    g = torch.Generator().manual_seed(0)
+    steps = [torch.randn(3, 2, n, 8, generator=g) for n in (10, 1, 1, 1, 4, 1)]
+    growing, dynamic = GrowingLayer(), DynamicLayer()
+    rooms = set()
+    for i, states in enumerate(steps):
+        if i == 4:
+            for layer in (growing, dynamic):
+                layer.crop(-2)
+        if i == 5:
+            for layer in (growing, dynamic):
+                layer.batch_select_indices(torch.tensor([2, 0]))
+            states = states[:2]
+        keys, values = growing.update(states, -states)
+        expected_keys, expected_values = dynamic.update(states, -states)
+        assert torch.equal(keys, expected_keys) and torch.equal(values, expected_values)
+        assert growing.get_seq_length() == dynamic.get_seq_length()
+        if 1 <= i <= 3:
+            rooms.add(keys.data_ptr())
+    assert len(rooms) == 1  # steps 1-3 wrote into the room the prefill made
+    assert growing.get_seq_length() == 10 + 3 - 2 + 4 + 1

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from forge.attention import use_decode_attention
+from forge.attention import use_fast_decoding
 from forge.chat import ENDOFTEXT, IM_END
 from forge.generation.base import ChatTemplateBackend
 
@@ -45,7 +45,7 @@ class TransformersBackend(ChatTemplateBackend):
             model = AutoModelForCausalLM.from_pretrained(model)
         if tokenizer is None:
             raise ValueError("TransformersBackend needs a tokenizer when given a model object")
-        use_decode_attention()
+        use_fast_decoding()
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer

@@ -28,7 +28,7 @@ from accelerate.utils import DistributedType
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 
-from forge.attention import use_decode_attention
+from forge.attention import use_fast_decoding
 from forge.config import TrainingRuntimeConfig
 from forge.hardware import keep_freed_memory
 from forge.training.launch import assert_replicas_agree, barrier, beside, is_main_process
@@ -260,7 +260,7 @@ def apply_runtime(runtime: TrainingRuntimeConfig) -> None:
     if runtime.threads > 0:
         torch.set_num_threads(runtime.threads)
     keep_freed_memory()
-    use_decode_attention()
+    use_fast_decoding()
     if runtime.bf16 and torch.cuda.is_available():
         torch.backends.cuda.enable_cudnn_sdp(False)
 

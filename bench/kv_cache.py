@@ -1,0 +1,84 @@
+"""Benchmark: the recipe's sampling with transformers' DynamicCache against Forge's GrowingCache.
+
+    .venv/bin/python bench/kv_cache.py [--rounds 5] [--out bench/results/kv_cache.json]
+
+``DynamicCache`` appends each sampled token's keys and values with ``torch.cat``, copying every layer's whole cache
+per token; ``forge.attention.GrowingCache`` (what ``generate`` builds once ``use_fast_decoding`` ran: every
+training stage and the transformers backend) writes them into room kept ahead. This samples with the tiny profile's
+model (random weights) at the shapes ``bench/decode_attention.py`` names (GRPO, code RL, the backend's batches, the
+agentic loop), with the attention and autocast the recipe samples under, the only difference the cache, alternating
+per round in one process. Every row samples all its new tokens (no stop token). Per scenario: the median seconds
+per side, the ratio, tokens/s, and whether both sides sampled the same tokens (same seed: they must). Writes the
+JSON with the machine and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bf16_cpu import REPO, tiny_model
+from decode_attention import SCENARIOS, alternate, prompts, timings, write_report
+
+
+def sample(model, cache_class, scenario: tuple, seed: int):
+    """Seconds to sample the scenario's batch with a fresh cache of ``cache_class``, and the tokens sampled."""
+    import torch
+
+    rows, shortest, longest, new, bf16 = scenario
+    ids, mask = prompts(rows, shortest, longest)
+    torch.manual_seed(seed)
+    start = time.perf_counter()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        out = model.generate(input_ids=ids, attention_mask=mask, past_key_values=cache_class(config=model.config),
+                             do_sample=True, top_k=0, max_new_tokens=new, min_new_tokens=new, pad_token_id=0)
+    return time.perf_counter() - start, out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", default=str(REPO / "bench/results/kv_cache.json"))
+    args = parser.parse_args()
+
+    import torch
+    from transformers import DynamicCache
+
+    from forge.attention import GrowingCache, use_fast_decoding
+    from forge.hardware import bf16_pays_off
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    use_fast_decoding()
+    model = tiny_model().eval()
+    caches = {"dynamic": DynamicCache, "growing": GrowingCache}
+    bf16 = bf16_pays_off()
+    load_before = os.getloadavg()
+    results = {}
+    for name, (rows, shortest, longest, new, _, autocast) in SCENARIOS.items():
+        shape = (rows, shortest, longest, new, autocast and bf16)
+        tokens: dict[str, torch.Tensor] = {}
+        same = [True]
+
+        def run(side: str, seed: int, shape=shape, tokens=tokens, same=same) -> float:
+            elapsed, tokens[side] = sample(model, caches[side], shape, seed=seed)
+            if len(tokens) == 2:  # both sides sampled with this seed
+                same[0] = same[0] and torch.equal(tokens["dynamic"], tokens["growing"])
+                tokens.clear()
+            return elapsed
+
+        seconds = alternate(run, list(caches), args.rounds)
+        results[name] = {"rows": rows, "prompt_tokens": [shortest, longest], "new_tokens": new,
+                         "bf16_autocast": shape[-1], **timings(seconds, rows * new, "dynamic", "growing"),
+                         "same_tokens": same[0]}
+        median = results[name]["median_s"]
+        print(f"{name:8s} dynamic {median['dynamic']:.2f} s  growing {median['growing']:.2f} s  "
+              f"{results[name]['speedup']:.2f}x  same tokens: {same[0]}")
+    write_report(args.out, "sampling with transformers' DynamicCache against forge.attention.GrowingCache",
+                 f".venv/bin/python bench/kv_cache.py --rounds {args.rounds}", load_before, results)
+
+if __name__ == "__main__":
+    main()
