@@ -101,6 +101,37 @@ def alternate(run, sides: list[str], rounds: int) -> dict[str, list[float]]:
     return seconds
 
 
+def alternate_comparing(sample, sides: list[str], rounds: int) -> tuple[dict[str, list[float]], float]:
+    """``sample(side, seed)`` → (seconds, sampled tokens): :func:`alternate`'s seconds, and the share of rows that
+    sampled the same tokens on every side with the same seed."""
+    tokens: dict = {}
+    same: list[float] = []
+
+    def run(side: str, seed: int) -> float:
+        elapsed, tokens[side] = sample(side, seed)
+        if len(tokens) == len(sides):  # every side sampled with this seed
+            first, *rest = tokens.values()
+            same.append(min((first == other).all(-1).float().mean().item() for other in rest))
+            tokens.clear()
+        return elapsed
+
+    seconds = alternate(run, sides, rounds)
+    return seconds, sum(same) / len(same)
+
+
+def bench_setup(description: str, default_out: str):
+    """``--rounds`` and ``--out`` parsed, torch on every core, and the tiny profile's model (random weights)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", default=str(REPO / default_out))
+    args = parser.parse_args()
+
+    import torch
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    return args, tiny_model().eval()
+
+
 def timings(seconds: dict[str, list[float]], tokens: int, baseline: str, candidate: str) -> dict:
     """Per side the seconds, their median and tokens/s; the baseline's median over the candidate's."""
     median = {side: statistics.median(s) for side, s in seconds.items()}
@@ -129,20 +160,13 @@ def write_report(out: str, benchmark: str, command: str, load_before: tuple, sce
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--out", default=str(REPO / "bench/results/decode_attention.json"))
-    args = parser.parse_args()
-
-    import torch
+    args, model = bench_setup(__doc__.splitlines()[0], "bench/results/decode_attention.json")
     from transformers import AttentionInterface
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     from forge.attention import decode_attention
     from forge.hardware import bf16_pays_off
 
-    torch.set_num_threads(os.cpu_count() or 1)
-    model = tiny_model().eval()
     attention = {"before": sdpa_attention_forward, "after": decode_attention}
     bf16 = bf16_pays_off()
     load_before = os.getloadavg()

@@ -14,15 +14,13 @@ JSON with the machine and its load.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bf16_cpu import REPO, tiny_model
-from decode_attention import SCENARIOS, alternate, prompts, timings, write_report
+from decode_attention import SCENARIOS, alternate_comparing, bench_setup, prompts, timings, write_report
 
 
 def sample(model, cache_class, scenario: tuple, seed: int):
@@ -40,45 +38,30 @@ def sample(model, cache_class, scenario: tuple, seed: int):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--out", default=str(REPO / "bench/results/kv_cache.json"))
-    args = parser.parse_args()
-
-    import torch
+    args, model = bench_setup(__doc__.splitlines()[0], "bench/results/kv_cache.json")
     from transformers import DynamicCache
 
     from forge.attention import GrowingCache, use_fast_decoding
     from forge.hardware import bf16_pays_off
 
-    torch.set_num_threads(os.cpu_count() or 1)
     use_fast_decoding()
-    model = tiny_model().eval()
     caches = {"dynamic": DynamicCache, "growing": GrowingCache}
     bf16 = bf16_pays_off()
     load_before = os.getloadavg()
     results = {}
     for name, (rows, shortest, longest, new, _, autocast) in SCENARIOS.items():
         shape = (rows, shortest, longest, new, autocast and bf16)
-        tokens: dict[str, torch.Tensor] = {}
-        same = [True]
-
-        def run(side: str, seed: int, shape=shape, tokens=tokens, same=same) -> float:
-            elapsed, tokens[side] = sample(model, caches[side], shape, seed=seed)
-            if len(tokens) == 2:  # both sides sampled with this seed
-                same[0] = same[0] and torch.equal(tokens["dynamic"], tokens["growing"])
-                tokens.clear()
-            return elapsed
-
-        seconds = alternate(run, list(caches), args.rounds)
+        seconds, same = alternate_comparing(lambda side, seed, shape=shape: sample(model, caches[side], shape, seed),
+                                            list(caches), args.rounds)
         results[name] = {"rows": rows, "prompt_tokens": [shortest, longest], "new_tokens": new,
                          "bf16_autocast": shape[-1], **timings(seconds, rows * new, "dynamic", "growing"),
-                         "same_tokens": same[0]}
+                         "same_tokens": same == 1.0}
         median = results[name]["median_s"]
         print(f"{name:8s} dynamic {median['dynamic']:.2f} s  growing {median['growing']:.2f} s  "
-              f"{results[name]['speedup']:.2f}x  same tokens: {same[0]}")
+              f"{results[name]['speedup']:.2f}x  same tokens: {same == 1.0}")
     write_report(args.out, "sampling with transformers' DynamicCache against forge.attention.GrowingCache",
                  f".venv/bin/python bench/kv_cache.py --rounds {args.rounds}", load_before, results)
+
 
 if __name__ == "__main__":
     main()

@@ -1,5 +1,5 @@
-"""What every sampled token costs on a CPU, made smaller: attention for one new token, and a KV cache that grows
-in place.
+"""What every sampled token costs on a CPU, made smaller: attention for one new token, a KV cache that grows in
+place, and one prefill per distinct prompt.
 
 Attention. Sampling a token attends one query to the whole KV cache. PyTorch's ``scaled_dot_product_attention``
 takes its flash kernel on a CPU for that too, and for a single query in bf16 that kernel is slow: on the tiny
@@ -21,6 +21,10 @@ whole cache of every layer for every token: at the agentic stage's ~900-token hi
 traffic as the attention reading it. :class:`GrowingCache` writes into room kept ahead (docs/scale.md, "A KV cache
 that grows in place"); attention sees the same numbers.
 
+The prefill. A GRPO batch repeats each prompt ``num_generations`` times; :func:`prefill_each_prompt_once` runs the
+prompt's forward once per distinct prompt and copies the cache out (docs/scale.md, "One prefill per distinct
+prompt").
+
     from forge.attention import use_fast_decoding
     use_fast_decoding()   # once per process; TransformersBackend and every training stage call it
 """
@@ -30,6 +34,7 @@ from __future__ import annotations
 import torch
 from transformers import AttentionInterface
 from transformers.cache_utils import DynamicCache, DynamicLayer
+from transformers.generation import GenerationConfig, GenerationMixin
 from transformers.generation import utils as generation_utils
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -145,10 +150,55 @@ class GrowingCache(DynamicCache):
             self.layer_class_to_replicate = GrowingLayer
 
 
+_transformers_prefill = GenerationMixin._prefill
+PER_ROW = ("attention_mask", "position_ids")  # the prefill's inputs with a row per prompt row, as generate makes them
+
+
+def prefill_each_prompt_once(self: GenerationMixin, input_ids: torch.Tensor, generation_config: GenerationConfig,
+                             model_kwargs: dict, is_first_iteration: bool = True):
+    """``generate``'s prefill, run once per distinct prompt row: a GRPO group's rows (and an agentic group's first
+    turns) are the same prompt ``num_generations`` times. The distinct rows fill the cache, which is then copied out
+    to every row, as are the last position's logits; the decode steps and their sampling see the full batch as
+    before. Anything this does not know to copy (an encoder, embeddings, images, a cache already holding positions,
+    hidden states or attentions asked for, a chunked prefill) takes transformers' prefill unchanged. Duplicates are
+found on the tokens and the attention mask together (docs/scale.md, "One prefill per distinct prompt")."""
+    distinct = _distinct_rows(input_ids, model_kwargs.get("attention_mask"))
+    cache = model_kwargs.get("past_key_values")
+    if (distinct is None or not is_first_iteration or self.config.is_encoder_decoder
+            or not isinstance(cache, DynamicCache) or cache.get_seq_length() > 0
+            or generation_config.prefill_chunk_size is not None
+            or generation_config.output_hidden_states or generation_config.output_attentions
+            or any(isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == input_ids.shape[0]
+                   for k, v in model_kwargs.items() if k not in PER_ROW)):
+        return _transformers_prefill(self, input_ids, generation_config, model_kwargs, is_first_iteration)
+    firsts, rows = distinct
+    own = {k: v[firsts] if k in PER_ROW and isinstance(v, torch.Tensor) else v for k, v in model_kwargs.items()}
+    outputs = _transformers_prefill(self, input_ids[firsts], generation_config, own, is_first_iteration)
+    cache.batch_select_indices(rows)  # the same cache object generate holds, now one row per prompt row
+    outputs.logits = outputs.logits[rows]
+    return outputs
+
+
+def _distinct_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor | None
+                   ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(firsts, rows)``: the first row of each distinct (tokens, mask) pair and, for every row, which of them it
+    is; None when every row is distinct."""
+    keyed = input_ids if attention_mask is None else torch.cat([input_ids, attention_mask.to(input_ids.dtype)], -1)
+    unique, rows = torch.unique(keyed, dim=0, return_inverse=True)
+    if unique.shape[0] == input_ids.shape[0]:
+        return None
+    firsts = torch.full((unique.shape[0],), input_ids.shape[0], dtype=torch.long, device=rows.device)
+    firsts.scatter_reduce_(0, rows, torch.arange(input_ids.shape[0], device=rows.device), "amin")
+    order = torch.argsort(firsts)  # the distinct prompts in the order they first appear
+    return firsts[order], torch.argsort(order)[rows]
+
+
 def use_fast_decoding() -> None:
-    """Make sampling on this process take the two paths above: models whose attention is ``sdpa`` (transformers'
+    """Make sampling on this process take the three paths above: models whose attention is ``sdpa`` (transformers'
     default) take :func:`decode_attention`, which hands every call but a CPU decode step in bf16 back to the SDPA
-    function, and ``generate`` (ours, TRL's) builds a :class:`GrowingCache` where it would build a ``DynamicCache``
-    (a subclass: every check for one holds). Idempotent; process-wide."""
+    function; ``generate`` (ours, TRL's) builds a :class:`GrowingCache` where it would build a ``DynamicCache``
+    (a subclass: every check for one holds), and prefills each distinct prompt once
+    (:func:`prefill_each_prompt_once`). Idempotent; process-wide."""
     AttentionInterface.register("sdpa", decode_attention)
     generation_utils.DynamicCache = GrowingCache
+    GenerationMixin._prefill = prefill_each_prompt_once

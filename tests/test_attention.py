@@ -2,16 +2,27 @@
 or fp32 ones under bf16 autocast) equals exact attention within bf16 rounding, as SDPA's does, with padding masks
 and grouped K/V heads; a model decoding through its KV cache under autocast gives the logits SDPA's decoding gives;
 every other call (fp32, a prefill) is SDPA's own, bit for bit. The KV cache that grows in place samples what
-transformers' DynamicCache samples, bit for bit, and generate builds it once fast decoding is on."""
+transformers' DynamicCache samples, bit for bit, and generate builds it once fast decoding is on. A prompt repeated
+in a batch is prefilled once, and the batch samples what transformers' prefill of every row samples."""
 
 import pytest
 import torch
 from transformers import AttentionInterface
 from transformers.cache_utils import DynamicCache, DynamicLayer
+from transformers.generation import GenerationMixin
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from forge.attention import HEADROOM, GrowingCache, GrowingLayer, decode_attention, use_fast_decoding
+from forge.attention import (
+    HEADROOM,
+    GrowingCache,
+    GrowingLayer,
+    _distinct_rows,
+    _transformers_prefill,
+    decode_attention,
+    prefill_each_prompt_once,
+    use_fast_decoding,
+)
 from forge.config import BaseModelConfig
 from forge.training.base_model import build_model
 
@@ -177,3 +188,50 @@ def test_a_step_writes_in_place_and_a_crop_or_reorder_is_taken_over():
             rooms.add(keys.data_ptr())
     assert len(rooms) == 1  # steps 1-3 wrote into the room the prefill made
     assert growing.get_seq_length() == 10 + 3 - 2 + 4 + 1
+
+
+def test_distinct_rows_are_found_in_the_order_they_first_appear():
+    ids = torch.tensor([[0, 5, 6], [7, 8, 9], [0, 5, 6], [0, 0, 6], [7, 8, 9]])
+    mask = torch.tensor([[0, 1, 1], [1, 1, 1], [0, 1, 1], [0, 1, 1], [1, 1, 1]])
+    firsts, rows = _distinct_rows(ids, mask)
+    assert firsts.tolist() == [0, 1, 3] and rows.tolist() == [0, 1, 0, 2, 1]
+    assert _distinct_rows(ids[:2], mask[:2]) is None
+    # The same tokens seen differently (a pad id that is also a real token) are different prompts.
+    assert _distinct_rows(torch.tensor([[0, 5], [0, 5]]), torch.tensor([[0, 1], [1, 1]])) is None
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_a_prompt_repeated_in_the_batch_is_prefilled_once_and_samples_as_before(tokenizer, autocast):
+    """A GRPO-shaped batch (two prompts, four rows each, left-padded, one row alone): the prefill forward sees three
+    rows, and the tokens sampled (greedy and at temperature) and every step's logits are transformers' own."""
+    use_fast_decoding()
+    cfg = BaseModelConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128, seed=5)
+    model = build_model(cfg, tokenizer).eval()
+    g = torch.Generator().manual_seed(3)
+    prompts = torch.randint(10, model.config.vocab_size, (3, 20), generator=g)
+    ids = prompts[[0, 0, 0, 0, 1, 1, 1, 1, 2]]
+    attention = torch.ones_like(ids)
+    attention[4:8, :6] = 0  # the second prompt is shorter: left padding
+    prefill_rows = []
+    hook = model.register_forward_pre_hook(lambda _, args, kwargs: prefill_rows.append(kwargs["input_ids"].shape),
+                                           with_kwargs=True)
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            for sampling in ({"do_sample": False}, {"do_sample": True, "temperature": 1.3}):
+                results = []
+                for prefill in (_transformers_prefill, prefill_each_prompt_once):
+                    GenerationMixin._prefill = prefill
+                    prefill_rows.clear()
+                    results.append(_generate(model, ids, attention, None, **sampling))
+                    assert prefill_rows[0] == ((9, 20) if prefill is _transformers_prefill else (3, 20))
+                    assert all(shape == (9, 1) for shape in prefill_rows[1:])  # then every row decodes
+                (theirs_ids, theirs_logits), (ours_ids, ours_logits) = results
+                assert torch.equal(ours_ids, theirs_ids)
+                # The distinct rows are a smaller matrix product: the same numbers to rounding, not to the bit.
+                assert torch.allclose(ours_logits, theirs_logits, atol=1e-5 if not autocast else 2e-2)
+                if sampling["do_sample"]:  # a group's rows share a prompt, not their samples
+                    assert len({tuple(row) for row in ours_ids[:4, 20:].tolist()}) > 1
+    finally:
+        hook.remove()
+        use_fast_decoding()
+    assert GenerationMixin._prefill is prefill_each_prompt_once
