@@ -189,6 +189,8 @@ def curve_recipe(args) -> dict:
     points = []
     for path in sorted(RESULTS.glob("recipe_profile-*.json")):
         r = json.loads(path.read_text())
+        if path.stem != f"recipe_profile-{r['profile']}":  # an earlier profile kept under its host and commit
+            continue
         tokens = sum(s["tokens"] for s in r["stages"].values())
         points.append({"profile": r["profile"], "forward_tokens": tokens, "recipe_s": r["recipe_s"],
                        "date": r.get("date"), "load_avg_before": r["machine"]["load_avg_before"]})
