@@ -1,7 +1,7 @@
 """Measurement: does the tiny profile's agentic RL (the link task) learn, beyond what the order of its questions does?
 
     PYTHONPATH=. .venv/bin/python bench/agentic_links.py --checkout /tmp/mr/main [--seeds 0 1 2]
-        [--warmup-steps 100] [--max-hops 1] [--learning-rate 2e-4] [--steps 20] [--out FILE]
+        [--warmup-steps 100] [--max-hops 1] [--learning-rate 2e-4] [--steps 20] [--num-generations 4] [--out FILE]
 
 One recipe run gives one draw of agentic RL's must-show (the trajectory reward over the first and the last 20% of its
 steps), and that reading mixes two things: what the policy learned, and which questions the later steps drew. This
@@ -67,6 +67,7 @@ def main() -> None:
     parser.add_argument("--max-hops", type=int, help="questions of up to this many hops (default: the profile's)")
     parser.add_argument("--learning-rate", type=float, help="RL learning rate (default: the profile's)")
     parser.add_argument("--steps", type=int, help="RL steps (default: the profile's)")
+    parser.add_argument("--num-generations", type=int, help="episodes per question, the group (default: the profile's)")
     parser.add_argument("--rejected-turns", choices=["no_loss", "negative_reward"],
                         help="how RL treats a turn the critic rejects (default: the profile's)")
     parser.add_argument("--no-control", action="store_true")
@@ -83,6 +84,8 @@ def main() -> None:
         update["learning_rate"] = args.learning_rate
     if args.steps:
         update["max_steps"] = args.steps
+    if args.num_generations:
+        update["num_generations"] = args.num_generations
     if args.rejected_turns:
         update["rejected_turns"] = args.rejected_turns
     if args.warmup_steps:
