@@ -161,15 +161,16 @@ def prefill_each_prompt_once(self: GenerationMixin, input_ids: torch.Tensor, gen
     to every row, as are the last position's logits; the decode steps and their sampling see the full batch as
     before. Anything this does not know to copy (an encoder, embeddings, images, a cache already holding positions,
     hidden states or attentions asked for, a chunked prefill) takes transformers' prefill unchanged. Duplicates are
-found on the tokens and the attention mask together (docs/scale.md, "One prefill per distinct prompt")."""
-    distinct = _distinct_rows(input_ids, model_kwargs.get("attention_mask"))
+    found on the tokens and the attention mask together (docs/scale.md, "One prefill per distinct prompt")."""
     cache = model_kwargs.get("past_key_values")
-    if (distinct is None or not is_first_iteration or self.config.is_encoder_decoder
-            or not isinstance(cache, DynamicCache) or cache.get_seq_length() > 0
-            or generation_config.prefill_chunk_size is not None
-            or generation_config.output_hidden_states or generation_config.output_attentions
-            or any(isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == input_ids.shape[0]
-                   for k, v in model_kwargs.items() if k not in PER_ROW)):
+    copyable = (is_first_iteration and not self.config.is_encoder_decoder
+                and isinstance(cache, DynamicCache) and cache.get_seq_length() == 0
+                and generation_config.prefill_chunk_size is None
+                and not (generation_config.output_hidden_states or generation_config.output_attentions)
+                and not any(isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == input_ids.shape[0]
+                            for k, v in model_kwargs.items() if k not in PER_ROW))
+    distinct = _distinct_rows(input_ids, model_kwargs.get("attention_mask")) if copyable else None
+    if distinct is None:
         return _transformers_prefill(self, input_ids, generation_config, model_kwargs, is_first_iteration)
     firsts, rows = distinct
     own = {k: v[firsts] if k in PER_ROW and isinstance(v, torch.Tensor) else v for k, v in model_kwargs.items()}
