@@ -1,7 +1,8 @@
 """Measurement: does the tiny profile's agentic RL (the link task) learn, beyond what the order of its questions does?
 
     PYTHONPATH=. .venv/bin/python bench/agentic_links.py --checkout /tmp/mr/main [--seeds 0 1 2]
-        [--warmup-steps 100] [--max-hops 1] [--learning-rate 2e-4] [--steps 20] [--num-generations 4] [--out FILE]
+        [--warmup-steps 100 [--warmup-mix balanced]] [--max-hops 1] [--learning-rate 2e-4] [--steps 20]
+        [--num-generations 4] [--out FILE]
 
 One recipe run gives one draw of agentic RL's must-show (the trajectory reward over the first and the last 20% of its
 steps), and that reading mixes two things: what the policy learned, and which questions the later steps drew. This
@@ -11,8 +12,8 @@ tasks/agentic.py trains it, e.g. with ``--max-hops 2``), agentic RL is trained p
 (:func:`forge.training.agentic.train_agentic`, the profile's settings), beside a control with a learning rate of
 1e-12 (the same questions step by step, the unchanged policy). Each run's checkpoint is then sampled on the stage's
 held-out questions (:func:`forge.training.agentic.success_check`, one episode each at the rollout temperature, the
-check's seed) and greedily. Per run: the curve's first/last-20% means (trajectory reward, rejected-turn share, tool
-calls), the held-out success, by hop count too, seconds. Writes bench/results/agentic_links.json.
+check's seed). Per run: the curve's first/last-20% means (trajectory reward, rejected-turn share, tool calls), the
+held-out success, by hop count and by relation too, seconds. Writes bench/results/agentic_links.json.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from forge.config import load_profile
 from forge.data.mix import read_mix
@@ -48,13 +50,20 @@ def latest(pattern: str, checkout: Path) -> Path:
     return found[-1]
 
 
-def by_hops(env: SearchEnvironment, policy_dir: Path, qas, cfg, runtime, seed: int) -> dict[str, float]:
-    """Held-out success of one checkpoint, sampled as the stage's check samples: overall and per hop count."""
-    out = {"all": round(success_check(policy_dir, env, qas, cfg, runtime, seed) / len(qas), 4)}
-    counts = sorted({len(q.walk["hops"]) for q in qas})
-    for hops in counts if len(counts) > 1 else ():
-        part = [q for q in qas if len(q.walk["hops"]) == hops]
-        out[f"{hops}_hop"] = round(success_check(policy_dir, env, part, cfg, runtime, seed) / len(part), 4)
+def by_hops(env: SearchEnvironment, policy_dir: Path, qas, cfg, runtime, seed: int) -> dict[str, Any]:
+    """Held-out success of one checkpoint, sampled as the stage's check samples: overall, per hop count, and per
+    first-hop relation (answered / asked), from one episode per question."""
+    right = success_check(policy_dir, env, qas, cfg, runtime, seed)
+    out: dict[str, Any] = {"all": round(sum(right) / len(qas), 4)}
+    parts: dict[str, list[bool]] = {}
+    for qa, ok in zip(qas, right, strict=True):
+        parts.setdefault(f"{len(qa.walk['hops'])}_hop", []).append(ok)
+    if len(parts) > 1:
+        out |= {k: round(sum(v) / len(v), 4) for k, v in sorted(parts.items())}
+    relations: dict[str, list[bool]] = {}
+    for qa, ok in zip(qas, right, strict=True):
+        relations.setdefault(qa.walk["hops"][0]["label"], []).append(ok)
+    out["by_relation"] = {k: f"{sum(v)}/{len(v)}" for k, v in sorted(relations.items(), key=lambda kv: -len(kv[1]))}
     return out
 
 
@@ -64,6 +73,8 @@ def main() -> None:
     parser.add_argument("--profile", default="tiny")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--warmup-steps", type=int, help="train the warm-up here with this many steps")
+    parser.add_argument("--warmup-mix", choices=["natural", "balanced"],
+                        help="the warm-up's relations, with --warmup-steps (default: the profile's)")
     parser.add_argument("--max-hops", type=int, help="questions of up to this many hops (default: the profile's)")
     parser.add_argument("--learning-rate", type=float, help="RL learning rate (default: the profile's)")
     parser.add_argument("--steps", type=int, help="RL steps (default: the profile's)")
@@ -88,6 +99,8 @@ def main() -> None:
         update["num_generations"] = args.num_generations
     if args.rejected_turns:
         update["rejected_turns"] = args.rejected_turns
+    if args.warmup_mix:
+        update["warmup_mix"] = args.warmup_mix
     if args.warmup_steps:
         update["warmup"] = cfg.agentic_rl.warmup.model_copy(update={"max_steps": args.warmup_steps})
     a = cfg.agentic_rl.model_copy(update=update)

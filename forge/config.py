@@ -420,6 +420,10 @@ class AgenticRLConfig(Strict):
         "'links': forge.search.lookups.LinkAgent), so the policy writes the calls at all. None in the paper.")
     warmup_questions: int = Field(2000, ge=1, description="Questions whose solutions the warm-up trains on (their "
                                   "heads none of RL's).")
+    warmup_mix: Literal["natural", "balanced"] = Field(
+        "natural", description="The warm-up's relations: 'natural', as lookups draw them (the graph's proportions: "
+        "a common relation asked ten times as often as a rare one); 'balanced', each relation sequence in turn while "
+        "the graph has questions of it (forge.search.lookups.balanced_by_relations). RL and its check stay natural.")
     questions: int = Field(2000, ge=1, description="1–2-hop lookup questions whose heads no SFT row visited.")
     check_questions: int = Field(
         0, ge=0, description="Held-out questions (heads RL and the warm-up never saw) each answered once, sampled as "

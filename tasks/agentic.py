@@ -40,7 +40,8 @@ CURVE_LABELS = {"trajectory_reward": "trajectory reward (answer correct)", "turn
 
 
 # What picks the warm-up's questions and trains it: a change to the other (RL) settings does not redo the warm-up.
-WARMUP_FIELDS = ("task", "link_relations", "warmup", "warmup_questions", "questions", "min_hops", "max_hops")
+WARMUP_FIELDS = ("task", "link_relations", "warmup", "warmup_questions", "warmup_mix", "questions", "min_hops",
+                 "max_hops")
 WARMUP_HELDOUT = 20  # every 20th scripted solution is the warm-up's held-out set
 
 
@@ -198,7 +199,7 @@ def train_agentic_stage(
     check: dict[str, float] = {}
     if cfg.check_questions and is_main_process():
         held_out = check_questions(tools.graph, cfg, qas, seed)
-        before, after = (success_check(d, env, held_out, cfg, runtime, seed) for d in (policy_dir, out_dir))
+        before, after = (sum(success_check(d, env, held_out, cfg, runtime, seed)) for d in (policy_dir, out_dir))
         check = success_change(before, after, len(held_out))
     episodes = [{"question": r.trajectory.question, "gold": r.trajectory.gold_answer,
                  "final": r.trajectory.final_answer, "tool_calls": r.tool_calls, "ended": r.ended,

@@ -198,10 +198,33 @@ def task_questions(g: SearchGraph, cfg: AgenticRLConfig, seen: SftSeen, seed: in
     return _task_qas(g, cfg, cfg.questions, seed, seen=seen)
 
 
+def balanced_by_relations(qas: list[SearchQA], n: int, seed: int) -> list[SearchQA]:
+    """Up to ``n`` of ``qas``, one of each relation sequence in turn (each sequence's in their order in ``qas``) until
+    a sequence runs out, then among the rest; shuffled (seeded), so every slice of the result mixes them too."""
+    groups: dict[tuple[str, ...], list[SearchQA]] = {}
+    for qa in qas:
+        groups.setdefault(tuple(h["relation"] for h in qa.walk["hops"]), []).append(qa)
+    queues, out = [iter(group) for group in groups.values()], []
+    while queues and len(out) < n:
+        taken = [(queue, next(queue, None)) for queue in queues]
+        queues = [queue for queue, qa in taken if qa is not None]
+        out += [qa for _, qa in taken if qa is not None][:n - len(out)]
+    random.Random(seed).shuffle(out)
+    return out
+
+
+BALANCE_POOL = 4  # a balanced warm-up draws from this many times its questions, so the rare relations have enough
+
+
 def warmup_questions(g: SearchGraph, cfg: AgenticRLConfig, rl_qas: list[SearchQA], seed: int) -> list[SearchQA]:
     """The warm-up's link questions (a warm-up needs task ``links``: forge/config.py): other heads than every RL
-    question's (and than the eval suite's), so RL trains on questions the warm-up never showed solved."""
-    return _task_qas(g, cfg, cfg.warmup_questions, seed + 1, exclude_heads={qa.walk["head"] for qa in rl_qas})
+    question's (and than the eval suite's), so RL trains on questions the warm-up never showed solved; with
+    ``cfg.warmup_mix`` 'balanced', as many of each relation as the graph gives (:func:`balanced_by_relations`)."""
+    heads = {qa.walk["head"] for qa in rl_qas}
+    if cfg.warmup_mix == "natural":
+        return _task_qas(g, cfg, cfg.warmup_questions, seed + 1, exclude_heads=heads)
+    pool = _task_qas(g, cfg, cfg.warmup_questions * BALANCE_POOL, seed + 1, exclude_heads=heads)
+    return balanced_by_relations(pool, cfg.warmup_questions, seed + 1)
 
 
 def check_questions(g: SearchGraph, cfg: AgenticRLConfig, rl_qas: list[SearchQA], seed: int) -> list[SearchQA]:

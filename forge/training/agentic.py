@@ -359,8 +359,8 @@ class CheckEnvironment(Protocol):
 
 
 def success_check(model_dir: Path, env: CheckEnvironment, qas: list[Any], cfg: AgenticRLConfig,
-                  runtime: TrainingRuntimeConfig, seed: int) -> int:
-    """How many of ``qas`` the policy in ``model_dir`` answers right, one episode each, sampled as the rollouts are
+                  runtime: TrainingRuntimeConfig, seed: int) -> list[bool]:
+    """Which of ``qas`` the policy in ``model_dir`` answers right, one episode each, sampled as the rollouts are
     (``cfg.temperature``, the same context rule) from a fixed seed: the held-out check of the stage's start and
     end checkpoints (tasks/agentic.py), which the training curve's windows cannot give (each step draws other
     questions, so their mix moves the curve too)."""
@@ -372,7 +372,7 @@ def success_check(model_dir: Path, env: CheckEnvironment, qas: list[Any], cfg: A
                         batch_size=max(cfg.micro_batch_size, CHECK_BATCH))
     torch.manual_seed(seed)
     with torch.autocast(training_device().type, dtype=torch.bfloat16, enabled=runtime.bf16):
-        return sum(e.trajectory.correct for e in env.attempt(policy, qas))
+        return [e.trajectory.correct for e in env.attempt(policy, qas)]
 
 
 def idle_steps(curve: list[dict[str, float]]) -> int:

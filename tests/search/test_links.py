@@ -3,6 +3,8 @@ from a page and answered by following its links and citing the page reached, hel
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from forge.config import AgenticRLConfig, SFTStageConfig
@@ -11,6 +13,7 @@ from forge.search.agents import Episode
 from forge.search.critic import judge_trajectory, opened_pages, resolve_answer
 from forge.search.lookups import (
     LinkAgent,
+    balanced_by_relations,
     build_link_qas,
     check_questions,
     link_relations,
@@ -121,6 +124,38 @@ def test_rl_warmup_and_check_questions_share_no_head(graph, link_qas):
     # Without the exclusion the warm-up's seed does meet RL's heads: the exclusion is what holds them apart.
     unfiltered = build_link_qas(graph, 400, relations=12, seed=1)
     assert {q.walk["head"] for q in unfiltered} & heads[0]
+
+
+def test_a_balanced_warmup_asks_every_relation_about_as_often_while_rl_and_its_check_stay_natural(graph):
+    natural = LINKS.model_copy(update={"warmup_questions": 240, "min_hops": 1, "max_hops": 1})
+    balanced = natural.model_copy(update={"warmup_mix": "balanced"})
+    rl = task_questions(graph, natural, sft_seen([]), seed=0)
+
+    def relations(qs):
+        return Counter(q.walk["hops"][0]["relation"] for q in qs)
+
+    drawn = {c.warmup_mix: warmup_questions(graph, c, rl, seed=0) for c in (natural, balanced)}
+    counts = {mix: relations(qs) for mix, qs in drawn.items()}
+    assert len(drawn["balanced"]) == 240 and len(counts["balanced"]) == 12
+    assert set(counts["balanced"].values()) == {20}  # 240 / 12 relations, the graph has 20 of each to give
+    assert max(counts["natural"].values()) >= 4 * min(counts["natural"].values())  # what balancing undoes
+    rl_heads = {q.walk["head"] for q in rl}
+    assert not rl_heads & {q.walk["head"] for q in drawn["balanced"]}
+    # The held-out slice the warm-up keeps (every 20th) mixes the relations too: the draw is shuffled.
+    assert len(relations(drawn["balanced"][::20])) >= 6
+    # The check's questions avoid the balanced warm-up's heads, and RL's draw does not depend on the warm-up's mix.
+    check = check_questions(graph, balanced, rl, seed=0)
+    assert not {q.walk["head"] for q in check} & {q.walk["head"] for q in drawn["balanced"]}
+    assert [q.id for q in task_questions(graph, balanced, sft_seen([]), seed=0)] == [q.id for q in rl]
+
+
+def test_balancing_takes_each_relation_sequence_in_turn_until_it_runs_out(link_qas):
+    by_kind = Counter(tuple(h["relation"] for h in q.walk["hops"]) for q in link_qas)
+    rarest = min(by_kind.values())
+    picked = balanced_by_relations(link_qas, rarest * len(by_kind), seed=0)
+    assert Counter(tuple(h["relation"] for h in q.walk["hops"]) for q in picked) == {k: rarest for k in by_kind}
+    everything = balanced_by_relations(link_qas, 10_000, seed=0)
+    assert sorted(q.id for q in everything) == sorted(q.id for q in link_qas)  # past the rarest, the rest follow
 
 
 class Scripted:
