@@ -50,19 +50,22 @@ def latest(pattern: str, checkout: Path) -> Path:
     return found[-1]
 
 
-def by_hops(env: SearchEnvironment, policy_dir: Path, qas, cfg, runtime, seed: int) -> dict[str, Any]:
+def held_out_success(env: SearchEnvironment, policy_dir: Path, qas, cfg, runtime, seed: int) -> dict[str, Any]:
     """Held-out success of one checkpoint, sampled as the stage's check samples: overall, per hop count, and per
     first-hop relation (answered / asked), from one episode per question."""
     right = success_check(policy_dir, env, qas, cfg, runtime, seed)
+
+    def split(key) -> dict[str, list[bool]]:
+        parts: dict[str, list[bool]] = {}
+        for qa, ok in zip(qas, right, strict=True):
+            parts.setdefault(key(qa), []).append(ok)
+        return parts
+
     out: dict[str, Any] = {"all": round(sum(right) / len(qas), 4)}
-    parts: dict[str, list[bool]] = {}
-    for qa, ok in zip(qas, right, strict=True):
-        parts.setdefault(f"{len(qa.walk['hops'])}_hop", []).append(ok)
-    if len(parts) > 1:
-        out |= {k: round(sum(v) / len(v), 4) for k, v in sorted(parts.items())}
-    relations: dict[str, list[bool]] = {}
-    for qa, ok in zip(qas, right, strict=True):
-        relations.setdefault(qa.walk["hops"][0]["label"], []).append(ok)
+    hops = split(lambda qa: f"{len(qa.walk['hops'])}_hop")
+    if len(hops) > 1:
+        out |= {k: round(sum(v) / len(v), 4) for k, v in sorted(hops.items())}
+    relations = split(lambda qa: qa.walk["hops"][0]["label"])
     out["by_relation"] = {k: f"{sum(v)}/{len(v)}" for k, v in sorted(relations.items(), key=lambda kv: -len(kv[1]))}
     return out
 
@@ -121,7 +124,7 @@ def main() -> None:
         warm = latest(".forge/models/agentic-warmup-*/config.json", args.checkout).parent
     warmup_seconds = time.monotonic() - started
     env = SearchEnvironment.from_config(tools, qas, a, seed=cfg.seed)
-    start = by_hops(env, warm, held_out, a, cfg.runtime, cfg.seed)
+    start = held_out_success(env, warm, held_out, a, cfg.runtime, cfg.seed)
     print("start", json.dumps(start), flush=True)
     runs = []
     for seed in args.seeds:
@@ -136,7 +139,7 @@ def main() -> None:
                    **{k: {"first20": round(result.window_mean(k, 0.0, 0.2), 4),
                           "last20": round(result.window_mean(k, 0.8, 1.0), 4)} for k in CURVES},
                    "trajectory_reward_per_step": [round(v, 4) for v in result.series("trajectory_reward")[1]],
-                   "held_out_after": by_hops(env, out, held_out, a, cfg.runtime, cfg.seed)}
+                   "held_out_after": held_out_success(env, out, held_out, a, cfg.runtime, cfg.seed)}
             runs.append(run)
             print(json.dumps({k: run[k] for k in ("seed", "control", "trajectory_reward", "held_out_after")}),
                   flush=True)

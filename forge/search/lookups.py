@@ -22,6 +22,7 @@ import random
 from collections import Counter
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from itertools import islice, zip_longest
 
 from forge.config import AgenticRLConfig
 from forge.data.schemas import ChatSample, SearchQA, SearchTrajectory
@@ -204,11 +205,8 @@ def balanced_by_relations(qas: list[SearchQA], n: int, seed: int) -> list[Search
     groups: dict[tuple[str, ...], list[SearchQA]] = {}
     for qa in qas:
         groups.setdefault(tuple(h["relation"] for h in qa.walk["hops"]), []).append(qa)
-    queues, out = [iter(group) for group in groups.values()], []
-    while queues and len(out) < n:
-        taken = [(queue, next(queue, None)) for queue in queues]
-        queues = [queue for queue, qa in taken if qa is not None]
-        out += [qa for _, qa in taken if qa is not None][:n - len(out)]
+    rounds = zip_longest(*groups.values())  # the k-th question of every sequence that has k, in the groups' order
+    out = list(islice((qa for turn in rounds for qa in turn if qa is not None), n))
     random.Random(seed).shuffle(out)
     return out
 
