@@ -1,7 +1,7 @@
 """Measurement: does the tiny profile's agentic RL (the link task) learn, beyond what the order of its questions does?
 
     PYTHONPATH=. .venv/bin/python bench/agentic_links.py --checkout /tmp/mr/main [--seeds 0 1 2]
-        [--warmup-steps 100 [--warmup-mix balanced]] [--max-hops 1] [--learning-rate 2e-4] [--steps 20]
+        [--warmup-steps 100 [--warmup-mix balanced] [--link-relations 6]] [--max-hops 1] [--learning-rate 2e-4] [--beta 0.1] [--steps 20]
         [--num-generations 4] [--out FILE]
 
 One recipe run gives one draw of agentic RL's must-show (the trajectory reward over the first and the last 20% of its
@@ -22,12 +22,13 @@ import argparse
 import json
 import logging
 import os
-import platform
 import statistics
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from code_rl_stage2 import latest, machine  # run as a script
 
 from forge.config import load_profile
 from forge.data.mix import read_mix
@@ -41,13 +42,6 @@ from tasks.agentic import WARMUP_HELDOUT
 
 REPO = Path(__file__).resolve().parent.parent
 CONTROL_LR = 1e-12
-
-
-def latest(pattern: str, checkout: Path) -> Path:
-    found = sorted(checkout.glob(pattern), key=lambda p: p.stat().st_mtime)
-    if not found:
-        raise SystemExit(f"nothing matches {checkout / pattern}: run `forge run` in that checkout first")
-    return found[-1]
 
 
 def held_out_success(env: SearchEnvironment, policy_dir: Path, qas, cfg, runtime, seed: int) -> dict[str, Any]:
@@ -76,13 +70,16 @@ def main() -> None:
     parser.add_argument("--profile", default="tiny")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--warmup-steps", type=int, help="train the warm-up here with this many steps")
-    parser.add_argument("--warmup-mix", choices=["natural", "balanced"],
+    parser.add_argument("--warmup-mix", choices=["natural", "balanced", "contrast"],
                         help="the warm-up's relations, with --warmup-steps (default: the profile's)")
     parser.add_argument("--max-hops", type=int, help="questions of up to this many hops (default: the profile's)")
+    parser.add_argument("--link-relations", type=int,
+                        help="the relations the questions take (default: the profile's; needs --warmup-steps)")
     parser.add_argument("--learning-rate", type=float, help="RL learning rate (default: the profile's)")
     parser.add_argument("--steps", type=int, help="RL steps (default: the profile's)")
+    parser.add_argument("--beta", type=float, help="KL coefficient to the starting policy (default: the profile's)")
     parser.add_argument("--num-generations", type=int, help="episodes per question, the group (default: the profile's)")
-    parser.add_argument("--rejected-turns", choices=["no_loss", "negative_reward"],
+    parser.add_argument("--rejected-turns", choices=["no_loss", "negative_reward", "no_credit"],
                         help="how RL treats a turn the critic rejects (default: the profile's)")
     parser.add_argument("--no-control", action="store_true")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "agentic_links.json")
@@ -94,10 +91,16 @@ def main() -> None:
     update = {"stop_after_idle_steps": 0}
     if args.max_hops:
         update["max_hops"] = args.max_hops
+    if args.link_relations:
+        if not args.warmup_steps:
+            parser.error("--link-relations changes the questions the warm-up trains on: give --warmup-steps")
+        update["link_relations"] = args.link_relations
     if args.learning_rate:
         update["learning_rate"] = args.learning_rate
     if args.steps:
         update["max_steps"] = args.steps
+    if args.beta is not None:
+        update["beta"] = args.beta
     if args.num_generations:
         update["num_generations"] = args.num_generations
     if args.rejected_turns:
@@ -164,9 +167,7 @@ def main() -> None:
     report = {
         "benchmark": "agentic_links",
         "command": "PYTHONPATH=. python bench/agentic_links.py " + " ".join(os.sys.argv[1:]),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_before": load_before,
-                    "cpu": next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text()
-                                 .splitlines() if line.startswith("model name")), platform.processor())},
+        "machine": machine(load_before),
         "settings": a.model_dump(mode="json"),
         "questions": {"rl": len(qas), "held_out": len(held_out)},
         "warmup": {"trained_here": bool(args.warmup_steps), "seconds": round(warmup_seconds, 1)},

@@ -420,10 +420,12 @@ class AgenticRLConfig(Strict):
         "'links': forge.search.lookups.LinkAgent), so the policy writes the calls at all. None in the paper.")
     warmup_questions: int = Field(2000, ge=1, description="Questions whose solutions the warm-up trains on (their "
                                   "heads none of RL's).")
-    warmup_mix: Literal["natural", "balanced"] = Field(
+    warmup_mix: Literal["natural", "balanced", "contrast"] = Field(
         "natural", description="The warm-up's relations: 'natural', as lookups draw them (the graph's proportions: "
         "a common relation asked ten times as often as a rare one); 'balanced', each relation sequence in turn while "
-        "the graph has questions of it (forge.search.lookups.balanced_by_relations). RL and its check stay natural.")
+        "the graph has questions of it (forge.search.lookups.balanced_by_relations); 'contrast', each head asked "
+        "about every link relation its page has, so only the question's words tell the link (1 hop: "
+        "forge.search.lookups.contrast_link_qas). RL and its check stay natural.")
     questions: int = Field(2000, ge=1, description="1–2-hop lookup questions whose heads no SFT row visited.")
     check_questions: int = Field(
         0, ge=0, description="Held-out questions (heads RL and the warm-up never saw) each answered once, sampled as "
@@ -449,8 +451,10 @@ class AgenticRLConfig(Strict):
     trajectory_weight: float = Field(1.0, ge=0, description="Weight of the group-normalized trajectory reward.")
     turn_weight: float = Field(
         0.5, ge=0, description="A rejected turn's advantage is -turn_weight (rejected_turns='negative_reward').")
-    rejected_turns: Literal["no_loss", "negative_reward"] = Field(
-        "no_loss", description="A turn the critic fails (§2.2.1) trains on nothing, or on a negative reward.")
+    rejected_turns: Literal["no_loss", "negative_reward", "no_credit"] = Field(
+        "no_loss", description="A turn the critic fails (§2.2.1) trains on nothing ('no_loss'), on the negative reward "
+        "-turn_weight ('negative_reward'), or on its trajectory's group advantage where that is negative and on "
+        "nothing where it is not ('no_credit': blamed with its failed episode, never credited).")
     micro_batch_size: int = Field(8, ge=1, description="Sequences per forward/backward pass (gradients add up).")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping.")
     save_steps: int = Field(25, ge=1, description="Checkpoint interval: a killed stage resumes here.")
@@ -464,6 +468,8 @@ class AgenticRLConfig(Strict):
             raise ValueError("need min_hops <= max_hops")
         if self.warmup and self.task != "links":
             raise ValueError("agentic_rl.warmup trains on the links task's scripted solutions: set task: links")
+        if self.warmup_mix == "contrast" and self.max_hops != 1:
+            raise ValueError("agentic_rl.warmup_mix 'contrast' asks 1-hop questions: set max_hops: 1")
         if self.max_new_tokens >= self.context_tokens:
             raise ValueError(f"max_new_tokens ({self.max_new_tokens}) must leave room in context_tokens "
                              f"({self.context_tokens}) for the question")

@@ -115,8 +115,8 @@ def agentic_rl_task(
     ``data``'s mix shows (forge.search.lookups.sft_seen). Logs per step: tool calls per episode, trajectory and turn
     reward, rejected-turn share (curves too), their first/last-20% means, how many steps updated the policy; with
     ``cfg.check_questions``, the share of held-out questions the start and the trained policy answer (one sampled
-    episode each, ``check_success_before`` / ``_after`` / ``_change`` ± ``_se``); a few final episodes as
-    ``episodes.json``. The version carries the SFT held-out loss, as the GRPO stages' versions do."""
+    episode each, ``check_success_before`` / ``_after`` / ``_change`` ± ``_se``, the relations answered at all, and
+    per relation as ``check_by_relation.json``); a few final episodes as ``episodes.json``. The version carries the SFT held-out loss, as the GRPO stages' versions do."""
     from forge.data.mix import read_heldout
     from forge.training.agentic import CURVES, updates
     from forge.training.launch import run_training
@@ -136,6 +136,8 @@ def agentic_rl_task(
             steps, values = result.series(key)
             log_curve(f"agentic_rl_{key}", steps, values, CURVE_LABELS[key])
         mlflow.log_dict(stage.episodes, "episodes.json")
+        if stage.check_by_relation:
+            mlflow.log_dict(stage.check_by_relation, "check_by_relation.json")
         heldout_loss = heldout_chat_loss(out, read_heldout(data.mix_dir), sft, runtime)
         # "updates": the steps that changed a weight (none when no group's rewards differ: forge/training/agentic.py)
         metrics = {"updates": float(updates(result.curve)), "steps": float(result.steps),
@@ -157,17 +159,33 @@ class AgenticStage:
     pages_excluded: int
     episodes: list[dict[str, Any]]  # a few of the last step's episodes, for episodes.json
     check: dict[str, float]  # the held-out check (success before / after and its change), when there is one
+    check_by_relation: dict[str, dict[str, int]]  # the check per relation asked: asked, answered before / after
 
 
-def success_change(before: int, after: int, n: int) -> dict[str, float]:
-    """The held-out check as metrics: each checkpoint's share answered and the change, with the standard error of a
-    difference of two independent shares (forge.code.data.share_se)."""
+def success_change(relations: list[str], before: list[bool], after: list[bool]) -> dict[str, float]:
+    """The held-out check as metrics, from which questions (asked about ``relations``, the first hop's of each) the
+    start and the trained policy answered: each one's share answered and the change, with the standard error of a
+    difference of two independent shares (forge.code.data.share_se); and how many of the relations asked each answers
+    at least once (``check_relations_answered_*``): a policy that follows one link whatever the question names can
+    rise in share while it falls here (docs/architecture.md, "Agentic RL")."""
     from forge.code.data import share_se
 
-    b, a = before / n, after / n
+    n = len(relations)
+    b, a = sum(before) / n, sum(after) / n
     return {"check_success_before": b, "check_success_after": a, "check_success_change": a - b,
             "check_success_change_se": (share_se(b, n) ** 2 + share_se(a, n) ** 2) ** 0.5,
-            "check_questions": float(n)}
+            "check_questions": float(n), "check_relations": float(len(set(relations))),
+            "check_relations_answered_before": float(len({r for r, ok in zip(relations, before, strict=True) if ok})),
+            "check_relations_answered_after": float(len({r for r, ok in zip(relations, after, strict=True) if ok}))}
+
+
+def success_by_relation(relations: list[str], before: list[bool], after: list[bool]) -> dict[str, dict[str, int]]:
+    """Per relation asked: questions, and how many the start and the trained policy answered (the check's table)."""
+    table: dict[str, dict[str, int]] = {}
+    for r, b, a in zip(relations, before, after, strict=True):
+        row = table.setdefault(r, {"asked": 0, "before": 0, "after": 0})
+        row["asked"], row["before"], row["after"] = row["asked"] + 1, row["before"] + b, row["after"] + a
+    return dict(sorted(table.items(), key=lambda kv: -kv[1]["asked"]))
 
 
 def train_agentic_stage(
@@ -197,13 +215,15 @@ def train_agentic_stage(
     env = SearchEnvironment.from_config(tools, qas, cfg, seed=seed)
     result = train_agentic(policy_dir, env, cfg, runtime, out_dir, seed=seed, log_metrics=log_metrics)
     check: dict[str, float] = {}
+    by_relation: dict[str, dict[str, int]] = {}
     if cfg.check_questions and is_main_process():
         held_out = check_questions(tools.graph, cfg, qas, seed)
-        before, after = (sum(success_check(d, env, held_out, cfg, runtime, seed)) for d in (policy_dir, out_dir))
-        check = success_change(before, after, len(held_out))
+        relations = [qa.walk["hops"][0]["label"] for qa in held_out]
+        before, after = (success_check(d, env, held_out, cfg, runtime, seed) for d in (policy_dir, out_dir))
+        check, by_relation = success_change(relations, before, after), success_by_relation(relations, before, after)
     episodes = [{"question": r.trajectory.question, "gold": r.trajectory.gold_answer,
                  "final": r.trajectory.final_answer, "tool_calls": r.tool_calls, "ended": r.ended,
                  "messages": [m.model_dump(exclude_defaults=True) for m in r.trajectory.messages],
                  "verdicts": [v.model_dump() for v in r.trajectory.verdicts]} for r in env.last[:8]]
     return AgenticStage(result=result, questions=len(qas), pages_excluded=len(seen.pages), episodes=episodes,
-                        check=check)
+                        check=check, check_by_relation=by_relation)

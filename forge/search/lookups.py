@@ -31,7 +31,7 @@ from forge.search.critic import normalize_answer
 from forge.search.graph import SearchGraph
 from forge.search.heads import categorical_relations
 from forge.search.tools import FOLLOW_SPEC, SearchTools
-from forge.search.walks import WalkParams, answer_set, sample_walk, walk_to_qa
+from forge.search.walks import Hop, Walk, WalkParams, answer_set, sample_walk, walk_to_qa
 
 SOURCE = "kg_fb15k237:lookups"
 WALK_TRIES = 4  # walks tried per head and hop count before the head is passed over
@@ -214,11 +214,46 @@ def balanced_by_relations(qas: list[SearchQA], n: int, seed: int) -> list[Search
 BALANCE_POOL = 4  # a balanced warm-up draws from this many times its questions, so the rare relations have enough
 
 
+def contrast_link_qas(g: SearchGraph, n: int, *, relations: int, seed: int = 0, max_hub_degree: int = 200,
+                      exclude_heads: AbstractSet[str] = frozenset()) -> list[SearchQA]:
+    """Up to ``n`` 1-hop link questions asked in sets: every training head (seeded order, none of
+    ``exclude_heads``) is asked about each link its page has of the ``relations`` most common relations, so within
+    a set the head is the same and only the question's words tell which link to follow. The natural draw asks each
+    head once, and there the kind of head alone nearly decides the link (a person: ``place of birth``), which a
+    small policy learns instead of the question (docs/architecture.md)."""
+    wanted = link_relations(g, relations)
+    categorical = categorical_relations(g)
+    heads = [m for m in g.entities if m not in exclude_heads and not is_eval_head(m)]
+    random.Random(f"{seed}:contrast").shuffle(heads)
+    params = WalkParams(hops=1, max_hub_degree=max_hub_degree, obfuscate_head_prob=0.0, seed=seed)
+    out: list[SearchQA] = []
+    for head in heads:
+        if len(out) >= n:
+            break
+        asked = []
+        for r in sorted({r for r, _ in g.out_edges(head)} & wanted - categorical):
+            tails = set(g.tails(head, r))
+            tail = next(iter(tails))
+            if len(tails) != 1 or tail == head or g.degree(tail) > max_hub_degree:
+                continue
+            qa = walk_to_qa(g, Walk(head, None, (Hop(r, g.label(r), tail),), params))
+            if answer_set(g, qa.walk) == {tail} and normalize_answer(qa.answer) != normalize_answer(g.title(head)):
+                asked.append(qa)
+        out += [SearchQA.build(**{**qa.model_dump(exclude={"id"}), "source": LINKS_SOURCE,
+                                  "question": link_question(g, qa)}) for qa in asked[: n - len(out)]]
+    return out
+
+
 def warmup_questions(g: SearchGraph, cfg: AgenticRLConfig, rl_qas: list[SearchQA], seed: int) -> list[SearchQA]:
     """The warm-up's link questions (a warm-up needs task ``links``: forge/config.py): other heads than every RL
     question's (and than the eval suite's), so RL trains on questions the warm-up never showed solved; with
     ``cfg.warmup_mix`` 'balanced', as many of each relation as the graph gives (:func:`balanced_by_relations`)."""
     heads = {qa.walk["head"] for qa in rl_qas}
+    if cfg.warmup_mix == "contrast":
+        qas = contrast_link_qas(g, cfg.warmup_questions, relations=cfg.link_relations, seed=seed + 1,
+                                exclude_heads=heads)
+        random.Random(seed + 1).shuffle(qas)  # sets apart, so the warm-up's every-20th held-out slice mixes heads
+        return qas
     if cfg.warmup_mix == "natural":
         return _task_qas(g, cfg, cfg.warmup_questions, seed + 1, exclude_heads=heads)
     pool = _task_qas(g, cfg, cfg.warmup_questions * BALANCE_POOL, seed + 1, exclude_heads=heads)

@@ -10,7 +10,8 @@ and search import neither way) runs ``num_generations`` episodes of each of its 
   Â = (R − mean) / std (0 when the whole group agrees);
 - a turn the critic passed gets the advantage ``trajectory_weight · Â`` on every token it generated;
 - a turn the critic failed gets none of its trajectory's credit: with ``rejected_turns='no_loss'`` its tokens are
-  masked out (no loss, zero gradient), with ``'negative_reward'`` they get the advantage −``turn_weight``;
+  masked out (no loss, zero gradient), with ``'negative_reward'`` they get the advantage −``turn_weight``, with
+  ``'no_credit'`` the trajectory's advantage when it is negative (the group did better) and no loss otherwise;
 - tool responses, the question and the system prompt are context, never trained on.
 Loss (:func:`sequence_loss`) = −Σ A·log π(token) / (number of trained tokens), plus β·KL to the starting policy
 (the k3 estimator) when β > 0. There is one update per batch of fresh episodes, so the sampling policy is the one
@@ -167,8 +168,10 @@ def turn_advantages(episodes: list[EpisodeLike], cfg: AgenticRLConfig) -> list[l
         for index in e.trajectory.assistant_indices():
             if passed.get(index, True):
                 turns.append((advantage, True))
-            elif cfg.rejected_turns == "no_loss":
+            elif cfg.rejected_turns == "no_loss" or (cfg.rejected_turns == "no_credit" and advantage >= 0):
                 turns.append((0.0, False))
+            elif cfg.rejected_turns == "no_credit":
+                turns.append((advantage, True))
             else:
                 turns.append((-cfg.turn_weight, True))
         out.append(turns)

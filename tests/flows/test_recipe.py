@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -257,6 +258,11 @@ def test_champion_is_the_final_rl_policy_with_lineage(scenario):
     assert agentic["check_questions"] == 4
     assert agentic["check_success_change"] == pytest.approx(agentic["check_success_after"]
                                                             - agentic["check_success_before"])
+    table = json.loads(Path(client.download_artifacts(stages["agentic-rl"]["run_id"], "check_by_relation.json"))
+                       .read_text())
+    assert sum(row["asked"] for row in table.values()) == 4 and len(table) == agentic["check_relations"]
+    assert sum(row["after"] for row in table.values()) == round(4 * agentic["check_success_after"])
+    assert agentic["check_relations_answered_after"] == sum(row["after"] > 0 for row in table.values())
 
 
 def test_candidate_matrix_records_every_domain_and_gates(scenario):

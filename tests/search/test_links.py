@@ -149,6 +149,31 @@ def test_a_balanced_warmup_asks_every_relation_about_as_often_while_rl_and_its_c
     assert [q.id for q in task_questions(graph, balanced, sft_seen([]), seed=0)] == [q.id for q in rl]
 
 
+def test_a_contrast_warmup_asks_each_head_about_every_link_it_has_so_only_the_question_tells_them_apart(tools, graph):
+    contrast = LINKS.model_copy(update={"warmup_questions": 240, "min_hops": 1, "max_hops": 1,
+                                        "warmup_mix": "contrast"})
+    rl = task_questions(graph, contrast, sft_seen([]), seed=0)
+    drawn = warmup_questions(graph, contrast, rl, seed=0)
+    assert len(drawn) == 240 and all(len(q.walk["hops"]) == 1 for q in drawn)
+    wanted = {graph.label(r) for r in link_relations(graph, 12)}
+    by_head: dict[str, set[str]] = {}
+    for q in drawn:
+        by_head.setdefault(q.walk["head"], set()).add(q.walk["hops"][0]["label"])
+    # A head is asked about links of the 12 its page has (each once; not one that leads to a hub page, or whose
+    # page is not the only answer), most heads about each such link.
+    for head, asked in by_head.items():
+        assert asked <= set(tools.links(head)) & wanted, graph.title(head)
+    every = sum(asked == set(tools.links(head)) & wanted for head, asked in by_head.items())
+    assert every >= 0.8 * len(by_head)
+    assert len({q.id for q in drawn}) == 240
+    assert sum(len(a) >= 2 for a in by_head.values()) >= 20  # sets where the head cannot tell the link
+    assert not {q.walk["head"] for q in rl} & set(by_head)
+    # The scripted solution answers each one (the question names a link the page has, and it leads to the answer).
+    assert all(LinkAgent().run(q, tools).correct for q in drawn[:30])
+    with pytest.raises(ValueError, match="'contrast' asks 1-hop questions"):
+        contrast.model_validate({**contrast.model_dump(), "max_hops": 2})
+
+
 def test_balancing_takes_each_relation_sequence_in_turn_until_it_runs_out(link_qas):
     by_kind = Counter(tuple(h["relation"] for h in q.walk["hops"]) for q in link_qas)
     rarest = min(by_kind.values())
