@@ -1,7 +1,7 @@
 """Measurement: does the tiny profile's agentic RL (the link task) learn, beyond what the order of its questions does?
 
     PYTHONPATH=. .venv/bin/python bench/agentic_links.py --checkout /tmp/mr/main [--seeds 0 1 2]
-        [--warmup-steps 100 [--warmup-mix balanced] [--link-relations 6]] [--max-hops 1] [--learning-rate 2e-4] [--beta 0.1] [--steps 20]
+        [--warmup-steps 100 [--warmup-mix balanced] [--link-relations 6]] [--max-hops 1] [--learning-rate 2e-4] [--beta 0.1] [--steps 20] [--questions-per-step 4]
         [--num-generations 4] [--out FILE]
 
 One recipe run gives one draw of agentic RL's must-show (the trajectory reward over the first and the last 20% of its
@@ -78,6 +78,7 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, help="RL learning rate (default: the profile's)")
     parser.add_argument("--steps", type=int, help="RL steps (default: the profile's)")
     parser.add_argument("--beta", type=float, help="KL coefficient to the starting policy (default: the profile's)")
+    parser.add_argument("--questions-per-step", type=int, help="questions a step samples (default: the profile's)")
     parser.add_argument("--num-generations", type=int, help="episodes per question, the group (default: the profile's)")
     parser.add_argument("--rejected-turns", choices=["no_loss", "negative_reward", "no_credit"],
                         help="how RL treats a turn the critic rejects (default: the profile's)")
@@ -101,6 +102,8 @@ def main() -> None:
         update["max_steps"] = args.steps
     if args.beta is not None:
         update["beta"] = args.beta
+    if args.questions_per_step:
+        update["questions_per_step"] = args.questions_per_step
     if args.num_generations:
         update["num_generations"] = args.num_generations
     if args.rejected_turns:
