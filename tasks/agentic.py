@@ -138,6 +138,7 @@ def agentic_rl_task(
         mlflow.log_dict(stage.episodes, "episodes.json")
         if stage.check_by_relation:
             mlflow.log_dict(stage.check_by_relation, "check_by_relation.json")
+            mlflow.log_figure(plot_check_by_relation(stage.check_by_relation), CHECK_PLOT)
         heldout_loss = heldout_chat_loss(out, read_heldout(data.mix_dir), sft, runtime)
         # "updates": the steps that changed a weight (none when no group's rewards differ: forge/training/agentic.py)
         metrics = {"updates": float(updates(result.curve)), "steps": float(result.steps),
@@ -177,6 +178,32 @@ def success_change(relations: list[str], before: list[bool], after: list[bool]) 
             "check_questions": float(n), "check_relations": float(len(set(relations))),
             "check_relations_answered_before": float(len({r for r, ok in zip(relations, before, strict=True) if ok})),
             "check_relations_answered_after": float(len({r for r, ok in zip(relations, after, strict=True) if ok}))}
+
+
+CHECK_PLOT = "plots/check_by_relation.png"
+
+
+def plot_check_by_relation(table: dict[str, dict[str, int]]) -> Any:
+    """The held-out check per relation as a picture: the share of each relation's questions the start and the trained
+    policy answered, side by side, most asked relation on top (a collapse onto one link reads at a glance)."""
+    from matplotlib.figure import Figure  # no pyplot: safe from worker threads
+
+    names = list(table)[::-1]
+    fig = Figure(figsize=(9, 0.45 * len(names) + 1.4), dpi=100)
+    ax = fig.add_subplot()
+    ys = range(len(names))
+    for offset, key, label in ((0.2, "before", "start"), (-0.2, "after", "after RL")):
+        ax.barh([y + offset for y in ys], [table[n][key] / table[n]["asked"] for n in names], height=0.38,
+                label=label)
+    ax.set_yticks(list(ys), [f"{n} ({table[n]['asked']})" for n in names], fontsize=8)
+    ax.set_xlim(0, 1.3)  # room right of the bars (shares end at 1) for the legend
+    ax.set_xticks([0, 0.25, 0.5, 0.75, 1])
+    ax.set_xlabel("share of the relation's held-out questions answered")
+    ax.set_title("agentic RL: held-out check per relation (questions asked)")
+    ax.legend(loc="lower right")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig
 
 
 def success_by_relation(relations: list[str], before: list[bool], after: list[bool]) -> dict[str, dict[str, int]]:

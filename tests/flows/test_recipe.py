@@ -263,6 +263,8 @@ def test_champion_is_the_final_rl_policy_with_lineage(scenario):
     assert sum(row["asked"] for row in table.values()) == 4 and len(table) == agentic["check_relations"]
     assert sum(row["after"] for row in table.values()) == round(4 * agentic["check_success_after"])
     assert agentic["check_relations_answered_after"] == sum(row["after"] > 0 for row in table.values())
+    assert "plots/check_by_relation.png" in {a.path for a in client.list_artifacts(stages["agentic-rl"]["run_id"],
+                                                                                  "plots")}
 
 
 def test_candidate_matrix_records_every_domain_and_gates(scenario):
