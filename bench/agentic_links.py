@@ -1,8 +1,8 @@
 """Measurement: does the tiny profile's agentic RL (the link task) learn, beyond what the order of its questions does?
 
     PYTHONPATH=. .venv/bin/python bench/agentic_links.py --checkout /tmp/mr/main [--seeds 0 1 2]
-        [--warmup-steps 100 [--warmup-mix balanced] [--link-relations 6]] [--max-hops 1] [--learning-rate 2e-4] [--beta 0.1] [--steps 20] [--questions-per-step 4]
-        [--num-generations 4] [--out FILE]
+        [--warmup-steps 100 [--warmup-mix balanced] [--link-relations 6]] [--max-hops 1] [--learning-rate 2e-4]
+        [--beta 0.1] [--steps 20] [--questions-per-step 4] [--num-generations 4] [--rejected-turns MODE] [--out FILE]
 
 One recipe run gives one draw of agentic RL's must-show (the trajectory reward over the first and the last 20% of its
 steps), and that reading mixes two things: what the policy learned, and which questions the later steps drew. This

@@ -40,6 +40,7 @@ from forge.config import load_profile
 from forge.data.jsonl import write_jsonl
 from forge.data.versioning import cpu_kind
 from forge.generation import local_backend
+from forge.hardware import cpu_fields
 from forge.training.grpo import train_grpo
 from tasks.code import CURVES, grpo_prompts, rl_problems, stage_config
 
@@ -57,9 +58,8 @@ def latest(pattern: str, checkout: Path) -> Path:
 def machine(load_before: tuple[float, float, float]) -> dict:
     """The host a report was measured on: cores, Python, the CPU's model name and kind (its generation and bf16 unit:
     forge.data.versioning.cpu_kind), the load average before the run."""
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    return {"cpus": os.cpu_count(), "python": platform.python_version(), "cpu": cpu, "cpu_kind": cpu_kind(),
+    return {"cpus": os.cpu_count(), "python": platform.python_version(),
+            "cpu": cpu_fields().get("model name", platform.processor()), "cpu_kind": cpu_kind(),
             "load_before": load_before}
 
 

@@ -116,7 +116,8 @@ def agentic_rl_task(
     reward, rejected-turn share (curves too), their first/last-20% means, how many steps updated the policy; with
     ``cfg.check_questions``, the share of held-out questions the start and the trained policy answer (one sampled
     episode each, ``check_success_before`` / ``_after`` / ``_change`` ± ``_se``, the relations answered at all, and
-    per relation as ``check_by_relation.json``); a few final episodes as ``episodes.json``. The version carries the SFT held-out loss, as the GRPO stages' versions do."""
+    per relation as ``check_by_relation.json`` and its plot); a few final episodes as ``episodes.json``. The version
+    carries the SFT held-out loss, as the GRPO stages' versions do."""
     from forge.data.mix import read_heldout
     from forge.training.agentic import CURVES, updates
     from forge.training.launch import run_training
@@ -163,21 +164,21 @@ class AgenticStage:
     check_by_relation: dict[str, dict[str, int]]  # the check per relation asked: asked, answered before / after
 
 
-def success_change(relations: list[str], before: list[bool], after: list[bool]) -> dict[str, float]:
-    """The held-out check as metrics, from which questions (asked about ``relations``, the first hop's of each) the
-    start and the trained policy answered: each one's share answered and the change, with the standard error of a
-    difference of two independent shares (forge.code.data.share_se); and how many of the relations asked each answers
-    at least once (``check_relations_answered_*``): a policy that follows one link whatever the question names can
-    rise in share while it falls here (docs/architecture.md, "Agentic RL")."""
+def success_change(table: dict[str, dict[str, int]]) -> dict[str, float]:
+    """The held-out check as metrics, from its table per relation (:func:`success_by_relation`): each checkpoint's
+    share answered and the change, with the standard error of a difference of two independent shares
+    (forge.code.data.share_se); and how many of the relations asked each answers at least once
+    (``check_relations_answered_*``): a policy that follows one link whatever the question names can rise in share
+    while it falls here (docs/architecture.md, "Agentic RL")."""
     from forge.code.data import share_se
 
-    n = len(relations)
-    b, a = sum(before) / n, sum(after) / n
+    n = sum(row["asked"] for row in table.values())
+    b, a = (sum(row[key] for row in table.values()) / n for key in ("before", "after"))
     return {"check_success_before": b, "check_success_after": a, "check_success_change": a - b,
             "check_success_change_se": (share_se(b, n) ** 2 + share_se(a, n) ** 2) ** 0.5,
-            "check_questions": float(n), "check_relations": float(len(set(relations))),
-            "check_relations_answered_before": float(len({r for r, ok in zip(relations, before, strict=True) if ok})),
-            "check_relations_answered_after": float(len({r for r, ok in zip(relations, after, strict=True) if ok}))}
+            "check_questions": float(n), "check_relations": float(len(table)),
+            "check_relations_answered_before": float(sum(row["before"] > 0 for row in table.values())),
+            "check_relations_answered_after": float(sum(row["after"] > 0 for row in table.values()))}
 
 
 CHECK_PLOT = "plots/check_by_relation.png"
@@ -247,7 +248,8 @@ def train_agentic_stage(
         held_out = check_questions(tools.graph, cfg, qas, seed)
         relations = [qa.walk["hops"][0]["label"] for qa in held_out]
         before, after = (success_check(d, env, held_out, cfg, runtime, seed) for d in (policy_dir, out_dir))
-        check, by_relation = success_change(relations, before, after), success_by_relation(relations, before, after)
+        by_relation = success_by_relation(relations, before, after)
+        check = success_change(by_relation)
     episodes = [{"question": r.trajectory.question, "gold": r.trajectory.gold_answer,
                  "final": r.trajectory.final_answer, "tool_calls": r.tool_calls, "ended": r.ended,
                  "messages": [m.model_dump(exclude_defaults=True) for m in r.trajectory.messages],

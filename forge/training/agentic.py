@@ -168,12 +168,12 @@ def turn_advantages(episodes: list[EpisodeLike], cfg: AgenticRLConfig) -> list[l
         for index in e.trajectory.assistant_indices():
             if passed.get(index, True):
                 turns.append((advantage, True))
-            elif cfg.rejected_turns == "no_loss" or (cfg.rejected_turns == "no_credit" and advantage >= 0):
-                turns.append((0.0, False))
-            elif cfg.rejected_turns == "no_credit":
-                turns.append((advantage, True))
-            else:
+            elif cfg.rejected_turns == "negative_reward":
                 turns.append((-cfg.turn_weight, True))
+            elif cfg.rejected_turns == "no_credit" and advantage < 0:
+                turns.append((advantage, True))
+            else:  # no_loss, or no_credit in a trajectory that did no worse than its group
+                turns.append((0.0, False))
         out.append(turns)
     return out
 

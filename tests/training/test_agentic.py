@@ -84,7 +84,8 @@ def _episode(group: str, correct: bool, passed: list[bool]) -> Rollout:
      [[(-0.5, True), (1.0, True)], [(-1.0, True)] * 2]),
     # ... or, with no_credit, the blame of a failed trajectory and no credit from a right one: a rejected turn in the
     # wrong episode gets its -1, the one in the right episode no loss; a group that agrees (all wrong) blames no one
-    ("no_credit", [("g", True, [False, True]), ("g", False, [False, True]), ("h", False, [False]), ("h", False, [False])],
+    ("no_credit",
+     [("g", True, [False, True]), ("g", False, [False, True]), ("h", False, [False]), ("h", False, [False])],
      [[(0.0, False), (1.0, True)], [(-1.0, True)] * 2, [(0.0, False)], [(0.0, False)]]),
     # groups are normalized apart: 3 of 4 right → the wrong one gets -√3, the right ones +1/√3
     ("no_loss", [("a", True, [True])] * 3 + [("a", False, [True]), ("b", False, [True])],
