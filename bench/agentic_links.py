@@ -2,7 +2,8 @@
 
     PYTHONPATH=. .venv/bin/python bench/agentic_links.py --checkout /tmp/mr/main [--seeds 0 1 2]
         [--warmup-steps 100 [--warmup-mix balanced] [--link-relations 6]] [--max-hops 1] [--learning-rate 2e-4]
-        [--beta 0.1] [--steps 20] [--questions-per-step 4] [--num-generations 4] [--rejected-turns MODE] [--out FILE]
+        [--beta 0.1] [--steps 20] [--questions-per-step 4] [--num-generations 4] [--rejected-turns MODE]
+        [--question-order by_relation] [--out FILE]
 
 One recipe run gives one draw of agentic RL's must-show (the trajectory reward over the first and the last 20% of its
 steps), and that reading mixes two things: what the policy learned, and which questions the later steps drew. This
@@ -80,6 +81,8 @@ def main() -> None:
     parser.add_argument("--beta", type=float, help="KL coefficient to the starting policy (default: the profile's)")
     parser.add_argument("--questions-per-step", type=int, help="questions a step samples (default: the profile's)")
     parser.add_argument("--num-generations", type=int, help="episodes per question, the group (default: the profile's)")
+    parser.add_argument("--question-order", choices=["shuffled", "by_relation"],
+                        help="the order RL takes its questions in (default: the profile's)")
     parser.add_argument("--rejected-turns", choices=["no_loss", "negative_reward", "no_credit"],
                         help="how RL treats a turn the critic rejects (default: the profile's)")
     parser.add_argument("--no-control", action="store_true")
@@ -108,6 +111,8 @@ def main() -> None:
         update["num_generations"] = args.num_generations
     if args.rejected_turns:
         update["rejected_turns"] = args.rejected_turns
+    if args.question_order:
+        update["question_order"] = args.question_order
     if args.warmup_mix:
         update["warmup_mix"] = args.warmup_mix
     if args.warmup_steps:

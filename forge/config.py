@@ -427,6 +427,11 @@ class AgenticRLConfig(Strict):
         "about every link relation its page has, so only the question's words tell the link (1 hop: "
         "forge.search.lookups.contrast_link_qas). RL and its check stay natural.")
     questions: int = Field(2000, ge=1, description="1–2-hop lookup questions whose heads no SFT row visited.")
+    question_order: Literal["shuffled", "by_relation"] = Field(
+        "shuffled", description="The order RL's steps take the questions in: 'shuffled' (seeded), so each relation "
+        "as often as the graph asks it; 'by_relation', shuffled and then the relation sequences taking turns "
+        "(forge.search.rollout.SearchEnvironment), so a common relation is not trained ten times as often as a rare "
+        "one.")
     check_questions: int = Field(
         0, ge=0, description="Held-out questions (heads RL and the warm-up never saw) each answered once, sampled as "
         "the rollouts are, by the start and the trained policy: the stage's check. 0: none.")

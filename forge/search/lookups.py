@@ -22,7 +22,7 @@ import random
 from collections import Counter
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from itertools import islice, zip_longest
+from itertools import zip_longest
 
 from forge.config import AgenticRLConfig
 from forge.data.schemas import ChatSample, SearchQA, SearchTrajectory
@@ -199,14 +199,20 @@ def task_questions(g: SearchGraph, cfg: AgenticRLConfig, seen: SftSeen, seed: in
     return _task_qas(g, cfg, cfg.questions, seed, seen=seen)
 
 
-def balanced_by_relations(qas: list[SearchQA], n: int, seed: int) -> list[SearchQA]:
-    """Up to ``n`` of ``qas``, one of each relation sequence in turn (each sequence's in their order in ``qas``) until
-    a sequence runs out, then among the rest; shuffled (seeded), so every slice of the result mixes them too."""
+def relation_turns(qas: list[SearchQA]) -> list[SearchQA]:
+    """``qas`` with their relation sequences taking turns: the first question of every sequence, then the second of
+    every sequence that has one, and so on (each sequence's questions in their order in ``qas``, the sequences in
+    the order they first appear there)."""
     groups: dict[tuple[str, ...], list[SearchQA]] = {}
     for qa in qas:
         groups.setdefault(tuple(h["relation"] for h in qa.walk["hops"]), []).append(qa)
-    rounds = zip_longest(*groups.values())  # the k-th question of every sequence that has k, in the groups' order
-    out = list(islice((qa for turn in rounds for qa in turn if qa is not None), n))
+    return [qa for turn in zip_longest(*groups.values()) for qa in turn if qa is not None]
+
+
+def balanced_by_relations(qas: list[SearchQA], n: int, seed: int) -> list[SearchQA]:
+    """Up to ``n`` of ``qas``, one of each relation sequence in turn (:func:`relation_turns`) until a sequence runs
+    out, then among the rest; shuffled (seeded), so every slice of the result mixes them too."""
+    out = relation_turns(qas)[:n]
     random.Random(seed).shuffle(out)
     return out
 

@@ -33,11 +33,13 @@ from forge.config import AgenticRLConfig
 from forge.data.schemas import Message, SearchQA, SearchTrajectory
 from forge.search.agents import DEEP_SEARCH_TOOLS, Episode, parse_assistant
 from forge.search.critic import judge_trajectory
+from forge.search.lookups import relation_turns
 from forge.search.tools import SPECS_BY_NAME, SearchTools
 
 Chat = list[dict[str, Any]]
 NOTE_CALLS = 10  # calls a fold note names (the newest); older ones are only counted, so the note stays short
 Task = Literal["lookups", "links"]
+QuestionOrder = Literal["shuffled", "by_relation"]
 # The tools each task family gives the policy: lookups (and deep search) the three deep-search tools; links, the
 # link navigation of forge/search/lookups.py, ``follow`` alone (what it needs: the prompt stays short).
 TASK_TOOLS: dict[str, tuple[str, ...]] = {"lookups": DEEP_SEARCH_TOOLS, "links": ("follow",)}
@@ -211,17 +213,22 @@ class SearchEnvironment:
     """Agentic RL's environment: the questions, the tools, the call budget, the context rule and the critic.
 
     Step ``k`` takes the next ``questions_per_step`` questions of a seeded order (cycling), runs
-    ``num_generations`` episodes of each (the group whose rewards are compared) and judges every turn."""
+    ``num_generations`` episodes of each (the group whose rewards are compared) and judges every turn. The order is
+    shuffled, or with ``order='by_relation'`` shuffled and then dealt so the relation sequences take turns
+    (forge.search.lookups.relation_turns): every relation is trained as often as any other while it lasts, not in
+    the graph's proportions."""
 
     def __init__(self, tools: SearchTools, qas: list[SearchQA], *, num_generations: int, questions_per_step: int,
                  max_tool_calls: int, context: ContextBudget | None = None, seed: int = 0,
-                 task: Task = "lookups") -> None:
+                 task: Task = "lookups", order: QuestionOrder = "shuffled") -> None:
         if not qas:
             raise ValueError("the environment needs at least one question")
         self.tools, self.max_tool_calls, self.context, self.task = tools, max_tool_calls, context, task
         self.num_generations, self.questions_per_step = num_generations, questions_per_step
         self.order = list(qas)
         random.Random(f"{seed}:agentic-order").shuffle(self.order)
+        if order == "by_relation":
+            self.order = relation_turns(self.order)
         self.last: list[Rollout] = []
 
     @classmethod
@@ -232,7 +239,8 @@ class SearchEnvironment:
         context = ContextBudget(tokens=cfg.context_tokens - cfg.max_new_tokens, strategy=cfg.context_strategy,
                                 keep_recent=cfg.keep_recent_tool_responses, truncated_chars=cfg.truncated_tool_chars)
         return cls(tools, qas, num_generations=cfg.num_generations, questions_per_step=cfg.questions_per_step,
-                   max_tool_calls=cfg.max_tool_calls, context=context, seed=seed, task=cfg.task)
+                   max_tool_calls=cfg.max_tool_calls, context=context, seed=seed, task=cfg.task,
+                   order=cfg.question_order)
 
     def attempt(self, policy: AgentPolicy, qas: list[SearchQA]) -> list[Rollout]:
         """One unjudged episode of each of ``qas`` under the environment's rules (the held-out check)."""
