@@ -11,6 +11,9 @@ Runs the recipe once, in this process, in a scratch checkout with a fresh home (
 - **MLflow**: every call of the fluent API (``mlflow.log_metrics``, ``start_run``, ``register_model``, …) and of
   ``MlflowClient``, counted once however deeply they call each other;
 - **DVC**: every call into ``forge.data.versioning`` (the ``dvc`` and ``git`` subprocesses it runs);
+- **calls**: per stage, the costliest outermost MLflow and DVC calls by name, with how often each ran, so a stage's
+  bookkeeping seconds say what they were; calls made on the background lane (flows/links.py: a finished stage's
+  Prefect artifact, written while the next stage runs) are counted apart, as ``background_lane``, not in that stage;
 - **tokens processed**: tokens through the forward of every Hugging Face model (training steps, generation steps,
   reward-model scoring; the backward pass not counted), so tokens/s is forward tokens per second of own work.
 
@@ -43,6 +46,8 @@ BUCKETS = ("work", "prefect", "mlflow", "dvc")
 # Stages whose work *is* versioning or registry calls (DVC commit, model registration, the eval report, the
 # promotion gate): in their overhead share only Prefect's time counts (their MLflow / DVC calls are the work).
 BOOKKEEPING_STAGES = frozenset({"dvc", "eval-report", "promote"})
+CALLS = frozenset({"mlflow", "dvc"})  # buckets whose outermost calls are also counted by name, per stage
+TOP_CALLS = 6  # the costliest named calls kept per stage
 OVERHEAD_BUDGET = 0.05  # issue 18: orchestration at most 5% of a stage's wall time
 OVER_BUDGET_COLOR = "#c44e52"
 
@@ -55,11 +60,22 @@ class Probes:
         self.stage: str | None = None
         self.seconds: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self.tokens: dict[str, int] = defaultdict(int)
+        self.calls: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(lambda: [0, 0.0]))  # count, seconds
         self.local = threading.local()
+        from flows.links import BACKGROUND_THREAD  # after the environment is set: flows import Prefect
 
-    def add(self, bucket: str, seconds: float) -> None:
+        self.background_thread = BACKGROUND_THREAD
+
+    def add(self, bucket: str, seconds: float, call: str | None = None) -> None:
+        # The background lane's calls (a finished stage's Prefect artifact) run beside the next stage, not in it.
+        background = threading.current_thread().name == self.background_thread
         with self.lock:
-            self.seconds[self.stage or "(outside stages)"][bucket] += seconds
+            stage = "(background lane)" if background else self.stage or "(outside stages)"
+            self.seconds[stage][bucket] += seconds
+            if call:
+                record = self.calls[stage][f"{bucket}:{call}"]
+                record[0] += 1
+                record[1] += seconds
 
     def timed(self, bucket: str, fn):
         """``fn`` with its time added to ``bucket``; a call made inside another timed call of the same bucket (on
@@ -76,7 +92,7 @@ class Probes:
             finally:
                 setattr(self.local, depth_key, depth)
                 if depth == 0:
-                    self.add(bucket, time.perf_counter() - started)
+                    self.add(bucket, time.perf_counter() - started, fn.__qualname__ if bucket in CALLS else None)
 
         return wrapper
 
@@ -186,6 +202,9 @@ def breakdown(probes: Probes, summary: dict) -> dict[str, dict]:
             "peak_rss_mb": rec.get("peak_rss_mb"),
             "tokens": tokens,
             "tokens_per_s": round(tokens / work) if work and tokens else None,
+            # which MLflow / DVC calls the stage's bookkeeping seconds were: "bucket:function": [calls, seconds]
+            "calls": {k: [n, round(sec, 4)] for k, (n, sec) in sorted(
+                probes.calls.get(name, {}).items(), key=lambda kv: -kv[1][1])[:TOP_CALLS]},
         }
     return out
 
@@ -259,6 +278,7 @@ def main() -> None:
         "in_stages_s": round(in_stages, 1),
         "outside_stages_s": round(total - in_stages, 1),
         "outside_stages": {k: round(v, 2) for k, v in probes.seconds.get("(outside stages)", {}).items()},
+        "background_lane": {k: round(v, 3) for k, v in probes.seconds.get("(background lane)", {}).items()},
         "data_md5": result.data.data_md5,
         "totals": {f"{b}_s": round(sum(s[f"{b}_s"] for s in stages.values()), 1) for b in BUCKETS},
         "max_overhead_share": max((s["overhead_share"] for s in timed), default=None),

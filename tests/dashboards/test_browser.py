@@ -1,6 +1,7 @@
 """The dashboard in real headless Chromium (Debian's ``/usr/bin/chromium`` driven by Playwright): nothing before
 login, a reviewer judges a trajectory turn by turn and the verdicts are in the store, an XSS payload in a model
-turn stays inert text. One ``forge review serve`` for the module; each test is a fresh browser session.
+turn stays inert text. One ``forge review serve`` for the module; each test is a fresh browser session. And a stage's
+MLflow link (flows/links.py) opens its run's page in MLflow's own UI.
 
     PYTHONPATH=$PWD .venv/bin/pytest -q tests/dashboards/test_browser.py
     FORGE_UPDATE_SCREENSHOT=1 ... also rewrites docs/review-dashboard.png (the README's screenshot)
@@ -50,26 +51,36 @@ def server(tmp_path_factory, seed):
     proc = subprocess.Popen([sys.executable, "-m", "forge.cli", "review", "serve", "--port", str(port)], env=env,
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while True:
+    if not _answers(f"{url}/_stcore/health", proc, 60):
+        _stop(proc)
+        pytest.fail(f"forge review serve did not answer: {(home / 'serve.log').read_text()[-2000:]}")
+    yield url, store
+    _stop(proc)
+    log.close()
+
+
+def _answers(health_url: str, proc: subprocess.Popen, seconds: float) -> bool:
+    """Whether ``health_url`` answers 200 within ``seconds`` while ``proc`` (the server) lives."""
+    deadline = time.time() + seconds
+    while proc.poll() is None and time.time() < deadline:
         try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
+            with urllib.request.urlopen(health_url, timeout=2) as resp:
                 if resp.status == 200:
-                    break
+                    return True
         except OSError:
             pass
-        if proc.poll() is not None or time.time() > deadline:
-            proc.kill()
-            pytest.fail(f"forge review serve did not answer: {(home / 'serve.log').read_text()[-2000:]}")
         time.sleep(0.2)
-    yield url, store
+    return False
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM to the server's process group, SIGKILL after 15 s."""
     os.killpg(proc.pid, signal.SIGTERM)
     try:
         proc.wait(timeout=15)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    log.close()
 
 
 @pytest.fixture(scope="module")
@@ -261,3 +272,32 @@ def test_no_request_leaves_the_machine(server, page):
         _settled(page)
     page.wait_for_timeout(1000)
     assert outside == []
+
+
+def test_a_stage_link_opens_its_run_page_in_the_mlflow_ui(tmp_path, page, monkeypatch):
+    """The link every stage's Prefect artifact and `forge status` give (flows/links.py, built without a store call)
+    opens that run's page in MLflow's own UI, in its experiment."""
+    from mlflow.tracking import MlflowClient
+
+    from flows.links import mlflow_run_url
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=store)
+    experiment = client.create_experiment("forge-links", artifact_location=str(tmp_path / "artifacts"))
+    run = client.create_run(experiment, run_name="sft-1-ctx-256")
+    client.log_metric(run.info.run_id, "eval_loss_after", 4.67)
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store, "--host",
+                             "127.0.0.1", "--port", str(port), "--workers", "1"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        ui = f"http://127.0.0.1:{port}"
+        assert _answers(f"{ui}/health", proc, 90), "mlflow server did not answer"
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", ui)  # where the links point (flows/links.py: mlflow_ui)
+        page.goto(mlflow_run_url(run.info.run_id))
+        page.wait_for_url(f"**/#/experiments/{experiment}/runs/{run.info.run_id}**")
+        page.get_by_text("eval_loss_after").first.wait_for()
+        assert page.get_by_text("sft-1-ctx-256").first.is_visible()
+    finally:
+        _stop(proc)
