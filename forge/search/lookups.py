@@ -199,13 +199,18 @@ def task_questions(g: SearchGraph, cfg: AgenticRLConfig, seen: SftSeen, seed: in
     return _task_qas(g, cfg, cfg.questions, seed, seen=seen)
 
 
+def relation_sequence(qa: SearchQA) -> tuple[str, ...]:
+    """The relations a question's walk follows, hop by hop: what balancing and turn-taking group questions by."""
+    return tuple(h["relation"] for h in qa.walk["hops"])
+
+
 def relation_turns(qas: list[SearchQA]) -> list[SearchQA]:
     """``qas`` with their relation sequences taking turns: the first question of every sequence, then the second of
     every sequence that has one, and so on (each sequence's questions in their order in ``qas``, the sequences in
     the order they first appear there)."""
     groups: dict[tuple[str, ...], list[SearchQA]] = {}
     for qa in qas:
-        groups.setdefault(tuple(h["relation"] for h in qa.walk["hops"]), []).append(qa)
+        groups.setdefault(relation_sequence(qa), []).append(qa)
     return [qa for turn in zip_longest(*groups.values()) for qa in turn if qa is not None]
 
 

@@ -17,6 +17,7 @@ from forge.search.lookups import (
     build_link_qas,
     check_questions,
     link_relations,
+    relation_sequence,
     sft_seen,
     task_questions,
     warmup_questions,
@@ -175,28 +176,25 @@ def test_a_contrast_warmup_asks_each_head_about_every_link_it_has_so_only_the_qu
 
 
 def test_balancing_takes_each_relation_sequence_in_turn_until_it_runs_out(link_qas):
-    by_kind = Counter(tuple(h["relation"] for h in q.walk["hops"]) for q in link_qas)
+    by_kind = Counter(relation_sequence(q) for q in link_qas)
     rarest = min(by_kind.values())
     picked = balanced_by_relations(link_qas, rarest * len(by_kind), seed=0)
-    assert Counter(tuple(h["relation"] for h in q.walk["hops"]) for q in picked) == {k: rarest for k in by_kind}
+    assert Counter(relation_sequence(q) for q in picked) == {k: rarest for k in by_kind}
     everything = balanced_by_relations(link_qas, 10_000, seed=0)
     assert sorted(q.id for q in everything) == sorted(q.id for q in link_qas)  # past the rarest, the rest follow
 
 
 def test_rl_by_relation_trains_the_relations_in_turn_on_the_same_questions(tools, link_qas):
-    def relation(q):
-        return tuple(h["relation"] for h in q.walk["hops"])
-
-    kinds = Counter(relation(q) for q in link_qas)
+    kinds = Counter(relation_sequence(q) for q in link_qas)
     rounds = min(kinds.values())
     cfg = LINKS.model_copy(update={"questions_per_step": len(kinds)})
     shuffled, by_relation = (SearchEnvironment.from_config(tools, link_qas, cfg.model_copy(update={
         "question_order": order}), seed=1) for order in ("shuffled", "by_relation"))
     assert sorted(q.id for q in by_relation.order) == sorted(q.id for q in link_qas)  # the same questions, reordered
     for step in range(rounds):  # while the rarest relation lasts, each step asks every relation once
-        assert Counter(relation(q) for q in by_relation.questions(step)) == {k: 1 for k in kinds}
+        assert Counter(relation_sequence(q) for q in by_relation.questions(step)) == {k: 1 for k in kinds}
     # the shuffled order asks them as the graph does: the commonest several times in as many steps
-    asked = Counter(relation(q) for step in range(rounds) for q in shuffled.questions(step))
+    asked = Counter(relation_sequence(q) for step in range(rounds) for q in shuffled.questions(step))
     assert max(asked.values()) > rounds and len(kinds) > 2
 
 
