@@ -52,17 +52,25 @@ class Candidate:
 
 
 def _sample(backend, problems: Sequence[Problem], n: int, temperature: float, max_new_tokens: int, seed: int):
-    """n completions per problem: one batched generate call per round, each round with its own seed (a backend
-    reseeds on every call, so one seed for all rounds would give n identical rollouts)."""
-    out: dict[str, list[str]] = {p.id: [] for p in problems}
+    """n completions per problem. Each problem's prompt is repeated n times side by side and the rows go out in
+    slices of whole groups, one ``generate`` call per slice (as many problems as the backend's batch holds; all of
+    them for a backend that schedules its own batches), each call with its own seed: the transformers backend then
+    prefills a repeated prompt once (forge/attention.py) while every row draws its own tokens. On 2 cores, 44 drills
+    x 8 took ~1.7x less time than in 8 rounds of the 44 prompts (bench/backend_batch.py)."""
     prompts = [[{"role": "user", "content": p.prompt()}] for p in problems]
-    for r in range(n):
-        texts = backend.generate(prompts, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed * n + r)
-        if len(texts) != len(problems):
-            raise RuntimeError(f"backend returned {len(texts)} completions for {len(problems)} prompts")
-        for p, t in zip(problems, texts):
-            out[p.id].append(t)
-        log.info("sampled round %d/%d for %d problems", r + 1, n, len(problems))
+    per_call = max(1, getattr(backend, "batch_size", n * len(problems)) // n)
+    calls = -(-len(problems) // per_call)
+    out: dict[str, list[str]] = {}
+    for call, start in enumerate(range(0, len(problems), per_call)):
+        part = problems[start : start + per_call]
+        rows = [prompt for prompt in prompts[start : start + per_call] for _ in range(n)]
+        texts = backend.generate(rows, max_new_tokens=max_new_tokens, temperature=temperature,
+                                 seed=seed * calls + call)
+        if len(texts) != len(rows):
+            raise RuntimeError(f"backend returned {len(texts)} completions for {len(rows)} prompts")
+        for i, p in enumerate(part):
+            out[p.id] = texts[i * n : (i + 1) * n]
+        log.info("sampled %d of %d problems x %d", start + len(part), len(problems), n)
     return out
 
 

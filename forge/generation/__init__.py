@@ -66,13 +66,14 @@ def backend_choice(generation: GenerationConfig, use: str = "local") -> tuple[st
 def local_backend(generation: GenerationConfig, model_dir: str, batch_size: int | None = None) -> GenerationBackend:
     """A local checkpoint's backend under the profile's ``generation`` settings: vLLM, sized by every
     ``generation.vllm`` setting, when the profile generates with vLLM; else transformers, ``batch_size`` prompts at a
-    time where given (vLLM schedules its own batches; an HTTP endpoint serves its own model, not this checkpoint)."""
+    time where given, else ``generation.batch_size`` (vLLM schedules its own batches; an HTTP endpoint serves its
+    own model, not this checkpoint)."""
     if backend_choice(generation)[0] == "vllm":
         v = generation.vllm
         return get_backend("vllm", model=model_dir, tensor_parallel_size=v.tensor_parallel_size,
                            gpu_memory_utilization=v.gpu_memory_utilization, max_model_len=v.max_model_len,
                            dtype=v.dtype)
-    return get_backend("transformers", model=model_dir, **({"batch_size": batch_size} if batch_size else {}))
+    return get_backend("transformers", model=model_dir, batch_size=batch_size or generation.batch_size)
 
 
 def endpoint_backend(base_url: str, model: str) -> GenerationBackend:

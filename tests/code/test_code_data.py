@@ -202,3 +202,22 @@ def test_code_rl_trains_on_the_kept_problems_nearest_half_solved_in_their_own_or
     # k 4 and 4 first; k 5 and k 3 are as far from 4: the earlier row (k 5) takes the last place
     assert [r.problem_id for r in most_informative(rows, 3)] == ["p1", "p2", "p5"]
     assert most_informative(rows, 10) == rows
+
+
+def test_sampling_sends_each_problems_rows_together_and_every_row_draws_its_own(tiny_policy):
+    """``_sample`` sends a problem's n rows side by side, whole groups a call, each call its own seed: with a batch
+    of 8 and groups of 4, problems 1-2, 3-4 and 5 go out in three calls, each the very call made here; and a
+    problem's rows, one prompt prefilled once, still draw their own tokens."""
+    from forge.code.data import _sample
+    from forge.code.problems.drills import drill_problems
+    from forge.generation.transformers_backend import TransformersBackend
+
+    problems = drill_problems("rl", 1)[:5]
+    backend = TransformersBackend(tiny_policy, batch_size=8, device="cpu")
+    sampled = _sample(backend, problems, 4, temperature=1.0, max_new_tokens=8, seed=1)
+    assert list(sampled) == [p.id for p in problems] and all(len(rows) == 4 for rows in sampled.values())
+    assert all(len(set(rows)) > 1 for rows in sampled.values())
+    for call, part in enumerate((problems[0:2], problems[2:4], problems[4:])):
+        rows = [[{"role": "user", "content": p.prompt()}] for p in part for _ in range(4)]
+        alone = backend.generate(rows, max_new_tokens=8, temperature=1.0, seed=1 * 3 + call)
+        assert alone == [text for p in part for text in sampled[p.id]]
