@@ -79,7 +79,8 @@ def test_weak_teacher_answers_in_the_asked_proportions():
 
 
 def test_rollouts_of_a_real_model_differ(tiny_policy):
-    """Eight rollouts of one problem, sampled as the on-policy filter samples them, are not eight copies."""
+    """Eight rollouts of one problem, sampled as the on-policy filter samples them (side by side in one call),
+    are not eight copies."""
     from forge.generation.transformers_backend import TransformersBackend
 
     problems = drill_problems("rl", per_op=1, ops=("max", "distinct"))
