@@ -320,7 +320,7 @@ def data_build(
 ) -> None:
     """Build the recipe's data only (base model, pools, synthesis, mix, refinement, DVC) and say whether it is the
     version the checkout's committed data.dvc names: the same code and corpora give the same bytes."""
-    from forge.data.versioning import built_on, committed_dvc_text, committed_md5, cpu_kind
+    from forge.data.versioning import built_on, committed_dvc_text, committed_md5, cpu_kind, same_bits
 
     data = _in_process("data_build", profile, set_, verbose)
     root = Workspace.from_env().root
@@ -333,7 +333,7 @@ def data_build(
     else:
         why = "this code or corpora build other data"
         other, here = built_on(committed_dvc_text(root) or ""), cpu_kind()
-        if other and other != here:
+        if other and not same_bits(here, other):
             why = (f"it was built on a {other} CPU and this one is {here}: the base model's last bits, and so "
                    "the rows it writes, differ between CPU kinds, or this code or corpora build other data")
         console.print(f"not the committed data.dvc's version ({committed}): {why}; commit data.dvc to record it",

@@ -284,6 +284,19 @@ def cpu_kind() -> str:
     return " ".join(k for k in kind if k)
 
 
+# CPU kinds measured to build the tiny data to the same md5 from one commit, so a data.dvc built on one is checked on
+# the others: AMD Zen 4 and Zen 5, both training in bf16 on AVX-512-BF16 (fd6d6c82… at 7aa0c8d on a 25/17 and at
+# f1cbb80 on a 26/2, and again on a 25/17 at 7ab0ba9 and e8cbb2d; docs/measurements.md). Intel kinds stay apart:
+# two generations with the same instruction sets built different data (cpu_kind above).
+SAME_BITS = (frozenset({"x86_64 AVX512 AuthenticAMD 25/17 AVX512-BF16", "x86_64 AVX512 AuthenticAMD 26/2 AVX512-BF16"}),)
+
+
+def same_bits(kind: str, other: str) -> bool:
+    """Whether data built on ``other`` (a :func:`cpu_kind`) is what ``kind`` builds: the same kind, or two kinds
+    measured to build the same bytes (``SAME_BITS``)."""
+    return kind == other or any({kind, other} <= group for group in SAME_BITS)
+
+
 def built_on(dvc_text: str) -> str | None:
     """``meta.built_on`` of a ``.dvc`` file's text: the :func:`cpu_kind` that built the version (None: not recorded)."""
     return ((yaml.safe_load(dvc_text) or {}).get("meta") or {}).get("built_on")

@@ -20,6 +20,7 @@ from forge.data.versioning import (
     ensure_dvc,
     read_data_md5,
     run_dvc,
+    same_bits,
     version_data,
 )
 
@@ -54,6 +55,13 @@ def test_a_version_records_the_cpu_kind_that_built_it_outside_its_md5(project):
     dvc_file.write_text(dvc_file.read_text().replace(cpu_kind(), "x86_64 AVX2-elsewhere"))
     assert version_data(project) == md5 and built_on(dvc_file.read_text()) == cpu_kind()
     assert data_status_clean(project)
+
+
+def test_only_kinds_measured_to_build_the_same_data_count_as_one():
+    zen4, zen5 = "x86_64 AVX512 AuthenticAMD 25/17 AVX512-BF16", "x86_64 AVX512 AuthenticAMD 26/2 AVX512-BF16"
+    assert same_bits(zen4, zen5) and same_bits(zen5, zen4) and same_bits(cpu_kind(), cpu_kind())
+    assert not same_bits(zen4, "x86_64 AVX512 GenuineIntel 6/167 AMX")
+    assert not same_bits("x86_64 AVX512 GenuineIntel 6/207 AMX", "x86_64 AVX512 GenuineIntel 6/207 AVX512-BF16")
 
 
 def test_a_failing_push_is_named_and_the_add_before_it_kept(project, tmp_path):
