@@ -518,7 +518,7 @@ class GenerationConfig(Strict):
         "sample through it (the reward models' pairs, refinement, code RL's filters and check; the evaluations set "
         "their own). vLLM and an endpoint schedule their own batches. A small model's sampling on a CPU is bound by "
         "the work of each decode step, which grows little with the rows: on 2 cores 240 prompts x 48 tokens took "
-        "1.24x less time at 48 than at 16 (bench/backend_batch.py).")
+        "1.22x less time at 48 than at 16 (bench/backend_batch.py, a Zen 4).")
 
     @model_validator(mode="after")
     def _endpoint_model(self) -> GenerationConfig:

@@ -56,7 +56,7 @@ def _sample(backend, problems: Sequence[Problem], n: int, temperature: float, ma
     slices of whole groups, one ``generate`` call per slice (as many problems as the backend's batch holds; all of
     them for a backend that schedules its own batches), each call with its own seed: the transformers backend then
     prefills a repeated prompt once (forge/attention.py) while every row draws its own tokens. On 2 cores, 44 drills
-    x 8 took ~1.7x less time than in 8 rounds of the 44 prompts (bench/backend_batch.py)."""
+    x 8 took 1.57x less time than in 8 rounds of the 44 prompts at 16 a call (bench/backend_batch.py, a Zen 4)."""
     prompts = [[{"role": "user", "content": p.prompt()}] for p in problems]
     per_call = max(1, getattr(backend, "batch_size", n * len(problems)) // n)
     calls = -(-len(problems) // per_call)
