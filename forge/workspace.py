@@ -200,6 +200,19 @@ def hub_online() -> Iterator[None]:
         constants.HF_HUB_OFFLINE = before
 
 
+def _owner_only_site_cache(site_cache: Path) -> None:
+    """DVC makes its site cache's ``repo/`` world-writable (``os.makedirs(mode=0o777)`` under a zero umask: it
+    expects one cache for every user of a machine, /var/tmp/dvc). In a Forge home it is one user's, and there
+    another user could rename a project's entry away and put in its place a state database that vouches for changed
+    data files. Made here first for the owner alone, DVC's ``makedirs(exist_ok=True)`` leaves it so; one an earlier
+    run left world-writable is closed."""
+    repos = site_cache / "repo"
+    repos.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for path in (site_cache, repos):
+        if path.stat().st_mode & 0o022:
+            path.chmod(0o700)
+
+
 def configure_environment(ws: Workspace | None = None) -> Workspace:
     """Point Prefect, MLflow and DVC at the workspace home and switch everything offline.
 
@@ -226,7 +239,9 @@ def configure_environment(ws: Workspace | None = None) -> Workspace:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     os.environ.setdefault("MLFLOW_TRACKING_URI", ws.mlflow_uri)
     os.environ.setdefault("MLFLOW_REGISTRY_URI", os.environ["MLFLOW_TRACKING_URI"])
-    os.environ.setdefault("DVC_SITE_CACHE_DIR", str(ws.home / "dvc-site-cache"))
+    site_cache = ws.home / "dvc-site-cache"
+    if os.environ.setdefault("DVC_SITE_CACHE_DIR", str(site_cache)) == str(site_cache):
+        _owner_only_site_cache(site_cache)
     # One tqdm bar per artifact fetched: `forge eval matrix` fetches a dozen, and the bars bury its verdict.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     os.environ.setdefault("FORGE_HOME", str(ws.home))

@@ -228,3 +228,27 @@ def test_ensure_dvc_changes_nothing_when_configured_and_fixes_what_differs(proje
     assert not _configured(project, tmp_path / "elsewhere")
     ensure_dvc(project, tmp_path / "elsewhere")
     assert _configured(project, tmp_path / "elsewhere") and "verify = true" in (config.parent / "config.local").read_text()
+
+
+def test_no_directory_of_the_dvc_site_cache_is_writable_by_other_users(project):
+    """DVC makes its site cache's repo/ world-writable (it expects one cache shared by a machine's users); in
+    Forge's home another user could swap in a state database there (forge/workspace.py)."""
+    version_data(project)
+    site = Path(os.environ["DVC_SITE_CACHE_DIR"])
+    dirs = [site, *(p for p in site.rglob("*") if p.is_dir())]
+    assert len(dirs) > 2  # DVC wrote its per-project state here
+    assert [str(p) for p in dirs if p.stat().st_mode & 0o022] == []
+
+
+def test_a_world_writable_site_cache_an_earlier_run_left_is_closed(tmp_path, monkeypatch):
+    from forge.workspace import Workspace, configure_environment
+
+    home = tmp_path / "home"
+    (home / "dvc-site-cache" / "repo").mkdir(parents=True)
+    for path in (home / "dvc-site-cache", home / "dvc-site-cache" / "repo"):
+        path.chmod(0o777)
+    monkeypatch.delenv("DVC_SITE_CACHE_DIR")
+    configure_environment(Workspace(root=tmp_path, home=home))
+    assert os.environ["DVC_SITE_CACHE_DIR"] == str(home / "dvc-site-cache")
+    for path in (home / "dvc-site-cache", home / "dvc-site-cache" / "repo"):
+        assert path.stat().st_mode & 0o777 == 0o700
