@@ -20,12 +20,13 @@ import gzip
 import importlib.resources
 import json
 import re
+import zlib
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from forge.data.jsonl import read_jsonl
+from forge.data.jsonl import BadDataError, read_jsonl
 from forge.data.schemas import ChoiceQuestion, ToolUseQuestion
 
 MBPP_EVAL_IDS = range(11, 511)  # google-research mbpp/README.md: 11–510 test, 1–10 few-shot, 511–974 train
@@ -38,18 +39,51 @@ def normalize_text(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def iter_json_lines(path: Path) -> Iterator[dict]:
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                yield json.loads(line)
+class CorpusRow(dict):
+    """One record of an upstream corpus file: a field its reader needs and the record lacks is named with the file
+    and line (``…/gsm8k/train.jsonl.gz:12: no field 'answer'``), not a bare KeyError."""
+
+    __slots__ = ("where",)
+
+    def __missing__(self, key):
+        raise BadDataError(f"{self.where}: no field {key!r}")
+
+
+def _open_text(path: Path):
+    return (gzip.open if path.name.endswith(".gz") else open)(path, "rt", encoding="utf-8")
+
+
+def iter_json_lines(path: Path) -> Iterator[CorpusRow]:
+    """The JSON objects of a JSON Lines file (gzipped or not). A file that cannot be read (missing, truncated, not
+    gzip, not UTF-8) or a line that is not a JSON object fails the read with a :class:`BadDataError` naming the file
+    and line: these are the corpora shipped with the checkout, so damage to one is a fault to fix, not rows to skip."""
+    try:
+        with _open_text(path) as fh:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    value = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise BadDataError(f"{path}:{n}: not JSON ({err.msg}, column {err.colno})") from None
+                if type(value) is not dict:
+                    raise BadDataError(f"{path}:{n}: a JSON object expected, not {type(value).__name__}")
+                row = CorpusRow(value)
+                row.where = f"{path}:{n}"
+                yield row
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as err:
+        raise BadDataError(f"{path}: cannot be read ({err})") from None
 
 
 def load_json(path: Path):
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as fh:
-        return json.load(fh)
+    """One JSON document (gzipped or not); unreadable or not JSON fails with a :class:`BadDataError` naming it."""
+    try:
+        with _open_text(path) as fh:
+            return json.load(fh)
+    except json.JSONDecodeError as err:
+        raise BadDataError(f"{path}: not JSON ({err.msg}, line {err.lineno} column {err.colno})") from None
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as err:
+        raise BadDataError(f"{path}: cannot be read ({err})") from None
 
 
 # --- math -------------------------------------------------------------------------------------------------

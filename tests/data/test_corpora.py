@@ -167,3 +167,31 @@ def test_a_bad_row_names_file_line_and_field(workspace, tmp_path, folder, loader
         dst.write(lines[0].replace(old, new, 1) + b"".join(lines[1:]))
     with pytest.raises(BadDataError, match=where):
         loader(tmp_path)
+
+
+def _gsm8k_with(tmp_path, workspace, change) -> None:
+    """tmp_path as a corpora folder whose gsm8k train file is the shipped one with ``change`` applied to its bytes."""
+    (tmp_path / "gsm8k").mkdir()
+    with gzip.open(workspace.corpora / "gsm8k" / "train.jsonl.gz") as src:
+        lines = src.read().splitlines(keepends=True)
+    (tmp_path / "gsm8k" / "train.jsonl.gz").write_bytes(change(lines))
+
+
+@pytest.mark.parametrize(("change", "where"), [
+    (lambda lines: gzip.compress(b"".join(lines[:2]) + b'{"question": "q", \n' + b"".join(lines[2:5])),
+     r"train.jsonl.gz:3: not JSON"),
+    (lambda lines: gzip.compress(b"".join(lines[:3]) + b'{"question": "q"}\n'), r"train.jsonl.gz:4: no field 'answer'"),
+    (lambda lines: gzip.compress(b"".join(lines[:1]) + b"[1, 2]\n"), r"train.jsonl.gz:2: a JSON object expected"),
+    (lambda lines: gzip.compress(b"".join(lines[:50]))[:-200], r"train.jsonl.gz: cannot be read"),
+    (lambda lines: b"".join(lines[:3]), r"train.jsonl.gz: cannot be read \(Not a gzipped file"),
+])
+def test_a_damaged_upstream_corpus_file_names_file_line_and_field(workspace, tmp_path, change, where):
+    _gsm8k_with(tmp_path, workspace, change)
+    with pytest.raises(BadDataError, match=where):
+        C.load_gsm8k(tmp_path, "train")
+
+
+def test_an_intact_upstream_file_reads_as_plain_rows(workspace):
+    rows = C.load_gsm8k(workspace.corpora, "train")
+    assert len(rows) > 1000 and rows[0]["final"] and rows[0]["question"]
+    assert C.load_math500(workspace.corpora)[0].get("no such field") is None  # .get is not a missing field
