@@ -54,8 +54,21 @@ app.add_typer(stack_app, name="stack", help="A team stack on this machine: Prefe
 console = Console()
 
 
+class _ConsoleHandler(RichHandler):
+    """Forge's console log. A bad input file (:class:`forge.errors.InputError`) failing a task is logged by
+    Prefect's task and flow engines with the whole traceback, once per level: here it is their one line, which
+    names the file (the traceback stays in the run's log in the Prefect UI)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from forge.errors import InputError
+
+        if record.exc_info and isinstance(record.exc_info[1], InputError):
+            record = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None})
+        super().emit(record)
+
+
 def _setup_logging(verbose: bool = False) -> None:
-    handler = RichHandler(console=console, show_path=False, rich_tracebacks=False)
+    handler = _ConsoleHandler(console=console, show_path=False, rich_tracebacks=False)
     logging.basicConfig(level=logging.WARNING, format="%(message)s", handlers=[handler], force=True)
     logging.getLogger("forge").setLevel(logging.DEBUG if verbose else logging.INFO)
     # MLflow warns on every offline log_model that it cannot fetch a model card from the hub: expected here.
@@ -662,13 +675,19 @@ def _print_lineage(report: dict) -> None:
 
 def main() -> None:
     """The ``forge`` command. A bad profile, whichever command reads it, is reported as ``file:line: field: reason``
-    lines and exit status 2, never a traceback."""
+    lines and exit status 2, never a traceback; so is any other bad input a command or a recipe stage meets (a
+    damaged corpus or data file: :class:`forge.errors.InputError`)."""
     from forge.config import ConfigError
+    from forge.errors import InputError
 
     try:
         app()
     except ConfigError as err:
         console.print("[red]invalid profile[/red]")
+        console.print(str(err), markup=False, highlight=False, soft_wrap=True)
+        raise SystemExit(2) from None
+    except InputError as err:
+        console.print("[red]bad input[/red]")
         console.print(str(err), markup=False, highlight=False, soft_wrap=True)
         raise SystemExit(2) from None
 

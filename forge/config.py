@@ -20,6 +20,8 @@ from typing import Annotated, Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, field_validator, model_validator
 
+from forge.errors import InputError
+
 DOMAINS = ("code", "deep_search", "stem", "tool_use", "general")
 CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
 
@@ -788,7 +790,7 @@ class RecipeConfig(Strict):
         return self
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A profile that does not validate; the message names the file and each bad field."""
 
 

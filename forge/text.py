@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 
+from forge.errors import InputError
 
-class NotUTF8Error(ValueError):
+
+class NotUTF8Error(InputError):
     """A text file (a profile, a source file) holds bytes that are not UTF-8; the message says where."""
 
 

@@ -5,6 +5,7 @@ too: unknown or misspelled keys, wrong types, broken YAML, bytes that are not UT
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -147,3 +148,35 @@ def test_forge_run_reports_a_bad_profile_without_a_traceback(tmp_path):
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"{path}:3: base.hidden_sise: unknown key: did you mean 'hidden_size'?" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_forge_run_names_a_damaged_corpus_file_without_a_traceback(tmp_path):
+    """A recipe stage that meets a damaged corpus file (here GSM8K's train set with a broken line 7, read by the
+    tokenizer stage) stops the run with the file and line, exit status 2, and no stack trace on the console."""
+    from forge.workspace import REPO_ROOT
+    from tests.flows.checkout import forge_env, make_checkout
+
+    corpora = tmp_path / "corpora"
+    corpora.mkdir()
+    for src in (REPO_ROOT / "corpora").iterdir():
+        if src.name != "gsm8k":
+            (corpora / src.name).symlink_to(src)
+    (corpora / "gsm8k").mkdir()
+    for src in (REPO_ROOT / "corpora" / "gsm8k").iterdir():
+        (corpora / "gsm8k" / src.name).symlink_to(src)
+    train = corpora / "gsm8k" / "train.jsonl.gz"
+    with gzip.open(train) as f:
+        rows = f.read().splitlines(keepends=True)
+    train.unlink()
+    with gzip.open(train, "wb") as f:
+        f.write(b"".join(rows[:6]) + b'{"question": "cut off\n' + b"".join(rows[6:]))
+    root = tmp_path / "checkout"
+    root.mkdir()
+    (root / "corpora").symlink_to(corpora, target_is_directory=True)
+    make_checkout(root, corpora=False)
+    done = subprocess.run([FORGE, "run", "--profile", "ci"], env={**forge_env(root), "COLUMNS": "200"}, cwd=root,
+                          capture_output=True, text=True, timeout=600, check=False)
+    out = done.stdout + done.stderr
+    assert done.returncode == 2, out[-3000:]
+    assert f"{train}:7: not JSON" in out.replace("\n", "")
+    assert "Traceback" not in out and len(out.splitlines()) < 40, out[-3000:]

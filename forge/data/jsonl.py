@@ -25,12 +25,13 @@ from typing import IO, Generic, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from forge.atomic import atomic_open, atomic_write_text
+from forge.errors import InputError
 
 T = TypeVar("T", bound=BaseModel)
 SHOW_FIRST = 5
 
 
-class BadDataError(ValueError):
+class BadDataError(InputError):
     """Too many bad lines in a data file; the message names the file, the counts and the first bad lines."""
 
 

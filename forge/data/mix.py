@@ -34,9 +34,10 @@ from forge.atomic import atomic_dir
 from forge.config import MixConfig
 from forge.data.jsonl import dump_row, open_bytes, read_jsonl, read_row_at, scan_jsonl, write_jsonl
 from forge.data.schemas import ChatSample, PreferencePair
+from forge.errors import InputError
 
 
-class MixError(ValueError):
+class MixError(InputError):
     """The mix cannot be built as configured (e.g. a pool holds fewer tokens than its target)."""
 
 

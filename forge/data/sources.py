@@ -36,13 +36,14 @@ from typing import Any
 
 from forge.config import SourceConfig
 from forge.data.schemas import ChatSample, Message
+from forge.errors import InputError
 from forge.workspace import hub_online
 
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "model": "assistant",
          "system": "system", "tool": "tool"}
 
 
-class SourceError(ValueError):
+class SourceError(InputError):
     """A source that cannot be read at all (missing, unknown format): names the path and what to do."""
 
 

@@ -17,8 +17,10 @@ from forge.workspace import REPO_ROOT
 FORGE = str(Path(sys.executable).parent / "forge")
 
 
-def make_checkout(root: Path) -> Path:
-    (root / "corpora").symlink_to(REPO_ROOT / "corpora", target_is_directory=True)
+def make_checkout(root: Path, corpora: bool = True) -> Path:
+    """``root`` as a checkout; with ``corpora=False`` the caller has put a corpora/ of its own there."""
+    if corpora:
+        (root / "corpora").symlink_to(REPO_ROOT / "corpora", target_is_directory=True)
     shutil.copytree(REPO_ROOT / ".dvc", root / ".dvc", ignore=shutil.ignore_patterns("tmp", "cache", "config.local"))
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     subprocess.run(["git", "add", "-A"], cwd=root, check=True)
