@@ -178,5 +178,5 @@ def test_forge_run_names_a_damaged_corpus_file_without_a_traceback(tmp_path):
                           capture_output=True, text=True, timeout=600, check=False)
     out = done.stdout + done.stderr
     assert done.returncode == 2, out[-3000:]
-    assert f"{train}:7: not JSON" in out.replace("\n", "")
+    assert f"{root / 'corpora/gsm8k/train.jsonl.gz'}:7: not JSON" in out.replace("\n", "")
     assert "Traceback" not in out and len(out.splitlines()) < 40, out[-3000:]
