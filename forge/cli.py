@@ -54,10 +54,12 @@ app.add_typer(stack_app, name="stack", help="A team stack on this machine: Prefe
 console = Console()
 
 
-class _ConsoleHandler(RichHandler):
+class ForgeConsoleHandler(RichHandler):
     """Forge's console log. A bad input file (:class:`forge.errors.InputError`) failing a task is logged by
     Prefect's task and flow engines with the whole traceback, once per level: here it is their one line, which
-    names the file (the traceback stays in the run's log in the Prefect UI)."""
+    names the file (the traceback stays in the run's log in the Prefect UI). Its name starts with no underscore:
+    Prefect's logging set-up keeps a root handler of the user's but takes one named ``_…`` for its own and
+    replaces it (prefect/logging/configuration.py)."""
 
     def emit(self, record: logging.LogRecord) -> None:
         from forge.errors import InputError
@@ -68,7 +70,7 @@ class _ConsoleHandler(RichHandler):
 
 
 def _setup_logging(verbose: bool = False) -> None:
-    handler = _ConsoleHandler(console=console, show_path=False, rich_tracebacks=False)
+    handler = ForgeConsoleHandler(console=console, show_path=False, rich_tracebacks=False)
     logging.basicConfig(level=logging.WARNING, format="%(message)s", handlers=[handler], force=True)
     logging.getLogger("forge").setLevel(logging.DEBUG if verbose else logging.INFO)
     # MLflow warns on every offline log_model that it cannot fetch a model card from the hub: expected here.
