@@ -186,10 +186,12 @@ class RecipeRun:
         try:
             result = state.result()
         except Exception as err:
-            if not disk_full(err):
+            seconds = round(time.time() - started, 2)
+            if not disk_full(err):  # what `forge status` shows for the stage: failed, and why
+                self._record(name, state="failed", seconds=seconds, error=f"{type(err).__name__}: {err}"[:1000])
                 raise
             message = disk_full_message(Workspace.from_env())
-            self._record(name, state="failed", error=message)
+            self._record(name, state="failed", seconds=seconds, error=message)
             raise DiskFullError(f"stage {name}: {message}") from err
         cached = state.name == "Cached"
         missing = result.missing() if isinstance(result, StageResult) else []

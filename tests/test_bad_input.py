@@ -180,3 +180,9 @@ def test_forge_run_names_a_damaged_corpus_file_without_a_traceback(tmp_path):
     assert done.returncode == 2, out[-3000:]
     assert f"{root / 'corpora/gsm8k/train.jsonl.gz'}:7: not JSON" in out.replace("\n", "")
     assert "Traceback" not in out and len(out.splitlines()) < 40, out[-3000:]
+    status = subprocess.run([FORGE, "status", "--json"], env=forge_env(root), cwd=root, capture_output=True,
+                            text=True, timeout=120, check=True)
+    summary = json.loads(status.stdout)
+    stage = summary["stages"]["tokenizer"]
+    assert summary["state"] == "failed" and stage["state"] == "failed", stage
+    assert stage["error"].startswith("BadDataError: ") and "train.jsonl.gz:7: not JSON" in stage["error"]
