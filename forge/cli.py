@@ -36,6 +36,7 @@ from rich.tree import Tree
 
 from forge.code.cli import app as sandbox_app
 from forge.data.cli import app as data_app
+from forge.errors import InputError
 from forge.evals.cli import app as eval_app
 from forge.review.cli import app as review_app
 from forge.search.cli import synth_app, tools_app
@@ -62,8 +63,6 @@ class ForgeConsoleHandler(RichHandler):
     replaces it (prefect/logging/configuration.py)."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        from forge.errors import InputError
-
         if record.exc_info and isinstance(record.exc_info[1], InputError):
             record = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None})
         super().emit(record)
@@ -680,16 +679,11 @@ def main() -> None:
     lines and exit status 2, never a traceback; so is any other bad input a command or a recipe stage meets (a
     damaged corpus or data file: :class:`forge.errors.InputError`)."""
     from forge.config import ConfigError
-    from forge.errors import InputError
 
     try:
         app()
-    except ConfigError as err:
-        console.print("[red]invalid profile[/red]")
-        console.print(str(err), markup=False, highlight=False, soft_wrap=True)
-        raise SystemExit(2) from None
     except InputError as err:
-        console.print("[red]bad input[/red]")
+        console.print("[red]invalid profile[/red]" if isinstance(err, ConfigError) else "[red]bad input[/red]")
         console.print(str(err), markup=False, highlight=False, soft_wrap=True)
         raise SystemExit(2) from None
 

@@ -49,6 +49,10 @@ class CorpusRow(dict):
         raise BadDataError(f"{self.where}: no field {key!r}")
 
 
+# What opening and reading a (gzipped) text file raises when the file is missing, truncated, not gzip or not UTF-8.
+_UNREADABLE = (OSError, EOFError, UnicodeDecodeError, zlib.error)
+
+
 def _open_text(path: Path):
     return (gzip.open if path.name.endswith(".gz") else open)(path, "rt", encoding="utf-8")
 
@@ -71,7 +75,7 @@ def iter_json_lines(path: Path) -> Iterator[CorpusRow]:
                 row = CorpusRow(value)
                 row.where = f"{path}:{n}"
                 yield row
-    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as err:
+    except _UNREADABLE as err:
         raise BadDataError(f"{path}: cannot be read ({err})") from None
 
 
@@ -82,7 +86,7 @@ def load_json(path: Path):
             return json.load(fh)
     except json.JSONDecodeError as err:
         raise BadDataError(f"{path}: not JSON ({err.msg}, line {err.lineno} column {err.colno})") from None
-    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as err:
+    except _UNREADABLE as err:
         raise BadDataError(f"{path}: cannot be read ({err})") from None
 
 
