@@ -158,10 +158,17 @@ def _in_process(flow_name: str, profile: str, set_: list[str] | None, verbose: b
 
     overrides = _overrides(set_ or [])
     load_profile(profile, overrides)  # a bad profile stops here, before any flow starts (main() reports it)
-    from forge.workspace import CheckoutBusyError, DiskFullError, disk_full, disk_full_message, run_lock
+    from forge.workspace import (
+        CheckoutBusyError,
+        DiskFullError,
+        disk_full,
+        disk_full_message,
+        embedded_flow_settings,
+        run_lock,
+    )
 
     try:
-        with run_lock(Workspace.from_env(), Path(profile).stem):
+        with run_lock(Workspace.from_env(), Path(profile).stem), embedded_flow_settings():
             return flow(profile=profile, overrides=overrides or None)
     except CheckoutBusyError as err:
         console.print(str(err), style="red", markup=False, highlight=False, soft_wrap=True)

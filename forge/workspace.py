@@ -156,6 +156,24 @@ class CheckoutBusyError(RuntimeError):
 
 
 @contextmanager
+def embedded_flow_settings() -> Iterator[None]:
+    """Prefect settings for flows run against the embedded server (no PREFECT_API_URL): no flow-run heartbeats.
+
+    A heartbeat tells a server that watches that a run's process is alive (the team stack sets them every 30 s and
+    crashes a run whose heartbeats stop: forge/stack.py). The embedded server lives and dies with this process, so
+    nothing watches; and Prefect 3.7 sends them by default (every 180 s) from a thread that sleeps in 1 s steps,
+    which every flow run's end waits out: ~1 s for each flow and subflow (a flow with two subflows took 3.06 s with
+    them, 0.29 s without). A heartbeat frequency the user set is kept."""
+    if os.environ.get("PREFECT_API_URL") or os.environ.get("PREFECT_FLOWS_HEARTBEAT_FREQUENCY"):
+        yield
+        return
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        yield
+
+
+@contextmanager
 def run_lock(ws: Workspace, profile: str) -> Iterator[None]:
     """Hold the checkout's data/ for one recipe run: a second run in the same checkout (another profile would
     rewrite data/ under the first) is refused at once, naming the run that holds it. The lock is the kernel's

@@ -16,9 +16,12 @@ for _key in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI", "PREFECT_HOME", "PREF
              "PREFECT_API_DATABASE_CONNECTION_URL", "PREFECT_LOCAL_STORAGE_PATH"):
     os.environ.pop(_key, None)
 
-from forge.workspace import configure_environment
+from forge.workspace import configure_environment, embedded_flow_settings
 
 WORKSPACE = configure_environment()
+# Flows run here against the embedded server, as `forge run` runs them (forge/workspace.py): without the heartbeat
+# whose thread every flow run's end would wait out (~1 s each).
+embedded_flow_settings().__enter__()
 
 import pytest
 

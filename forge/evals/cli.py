@@ -171,12 +171,14 @@ def matrix(
 ) -> None:
     """The whole matrix on ``models:/MODEL@ALIAS``, recorded on the version, then the gate (flows/evaluate.py, the
     `evaluate-candidate` deployment's flow)."""
-    from forge.workspace import configure_environment
+    from forge.workspace import configure_environment, embedded_flow_settings
 
     configure_environment()  # before Prefect is imported: it reads where results go then (else ~/.prefect, shared)
     from flows.evaluate import evaluate_registered
 
-    for report in evaluate_registered(profile=profile, model_name=model_name, alias=alias, gate=gate):
+    with embedded_flow_settings():
+        reports = evaluate_registered(profile=profile, model_name=model_name, alias=alias, gate=gate)
+    for report in reports:
         shown = {k: v for k, v in report.metrics.items() if k.endswith(("_accuracy", "_pass_at_1", "_win_rate"))}
         console.print(f"{report.suite:12s} " + "  ".join(f"{k} {v:.3f}" for k, v in shown.items()))
 
