@@ -12,8 +12,11 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs two workers on the
 
 _SCRATCH = Path(tempfile.mkdtemp(prefix="forge-tests-"))
 os.environ["FORGE_HOME"] = str(_SCRATCH / "home")
+# Every location configure_environment derives from a home (a test that runs pytest in a subprocess, as another
+# user, must not inherit its parent's: tests/code/test_rootless.py).
 for _key in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI", "PREFECT_HOME", "PREFECT_API_URL",
-             "PREFECT_API_DATABASE_CONNECTION_URL", "PREFECT_LOCAL_STORAGE_PATH"):
+             "PREFECT_API_DATABASE_CONNECTION_URL", "PREFECT_LOCAL_STORAGE_PATH", "PREFECT_MEMO_STORE_PATH",
+             "PREFECT_PROFILES_PATH", "DVC_SITE_CACHE_DIR"):
     os.environ.pop(_key, None)
 
 from forge.workspace import configure_environment, embedded_flow_settings
