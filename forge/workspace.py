@@ -162,8 +162,8 @@ def embedded_flow_settings() -> Iterator[None]:
     A heartbeat tells a server that watches that a run's process is alive (the team stack sets them every 30 s and
     crashes a run whose heartbeats stop: forge/stack.py). The embedded server lives and dies with this process, so
     nothing watches; and Prefect 3.7 sends them by default (every 180 s) from a thread that sleeps in 1 s steps,
-    which every flow run's end waits out: ~1 s for each flow and subflow (a flow with two subflows took 3.06 s with
-    them, 0.29 s without). A heartbeat frequency the user set is kept."""
+    which every flow run's end waits out: up to 1 s for each flow and subflow (a flow with two subflows took 3.06 s
+    with them, 0.29 s without; the ci recipe's seven flows ~2.4 s, docs/stack.md). A frequency the user set is kept."""
     if os.environ.get("PREFECT_API_URL") or os.environ.get("PREFECT_FLOWS_HEARTBEAT_FREQUENCY"):
         yield
         return
