@@ -231,6 +231,13 @@ def _owner_only_site_cache(site_cache: Path) -> None:
             path.chmod(0o700)
 
 
+# What configure_environment points at a home (Prefect's, MLflow's and DVC's locations): a process that starts over in
+# another home drops these first, since configure_environment keeps values already set (tests/conftest.py).
+HOME_DERIVED_ENV = ("PREFECT_HOME", "PREFECT_API_DATABASE_CONNECTION_URL", "PREFECT_LOCAL_STORAGE_PATH",
+                    "PREFECT_MEMO_STORE_PATH", "PREFECT_PROFILES_PATH", "MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI",
+                    "DVC_SITE_CACHE_DIR")
+
+
 def configure_environment(ws: Workspace | None = None) -> Workspace:
     """Point Prefect, MLflow and DVC at the workspace home and switch everything offline.
 

@@ -10,16 +10,14 @@ from pathlib import Path
 if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs two workers on the two cores: one torch thread each,
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # or four threads would contend for two cores (set before torch loads)
 
+from forge.workspace import HOME_DERIVED_ENV, configure_environment, embedded_flow_settings  # imports no service
+
 _SCRATCH = Path(tempfile.mkdtemp(prefix="forge-tests-"))
 os.environ["FORGE_HOME"] = str(_SCRATCH / "home")
-# Every location configure_environment derives from a home (a test that runs pytest in a subprocess, as another
-# user, must not inherit its parent's: tests/code/test_rootless.py).
-for _key in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI", "PREFECT_HOME", "PREFECT_API_URL",
-             "PREFECT_API_DATABASE_CONNECTION_URL", "PREFECT_LOCAL_STORAGE_PATH", "PREFECT_MEMO_STORE_PATH",
-             "PREFECT_PROFILES_PATH", "DVC_SITE_CACHE_DIR"):
+# Every location configure_environment derives from a home, and any server address (a test that runs pytest in a
+# subprocess, as another user, must not inherit its parent's: tests/code/test_rootless.py).
+for _key in (*HOME_DERIVED_ENV, "PREFECT_API_URL"):
     os.environ.pop(_key, None)
-
-from forge.workspace import configure_environment, embedded_flow_settings
 
 WORKSPACE = configure_environment()
 # Flows run here against the embedded server, as `forge run` runs them (forge/workspace.py): without the heartbeat
