@@ -26,10 +26,18 @@ prompt's forward once per distinct prompt and copies the cache out (docs/scale.m
 prompt").
 
     from forge.attention import use_fast_decoding
+The draw. ``generate`` samples each row's token with ``torch.multinomial(probs, 1)``, which on a CPU draws one
+exponential variate per vocabulary entry (the token is the argmax of ``probs / q``) one element at a time, a
+logarithm each: a quarter of a sampled token's time on the tiny model. :func:`multinomial` draws the same 64-bit
+numbers from the same generator and takes their logarithms as one vectorized operation (docs/scale.md, "The
+token's draw"): the same tokens to the bit, and the generator left where torch's leaves it.
+
     use_fast_decoding()   # once per process; TransformersBackend and every training stage call it
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from transformers import AttentionInterface
@@ -194,12 +202,52 @@ def _distinct_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor | None
     return firsts[order], torch.argsort(order)[rows]
 
 
+_torch_multinomial = torch.multinomial
+MANTISSA = (1 << 53) - 1  # the bits of a 64-bit draw that torch's uniform double in [0, 1) keeps
+CLOSE = 1e-6  # rows whose best two ratios are nearer than this (relative) are drawn again with libm's logarithm
+
+
+def multinomial(input: torch.Tensor, num_samples: int, replacement: bool = False, *,
+                generator: torch.Generator | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``torch.multinomial``, the same draws to the bit and the generator left in the same state, faster where
+    sampling calls it: one draw a row from float32 probabilities on a CPU. Every other call is torch's own.
+
+    For one draw torch fills ``q`` with exponential variates, ``-log(1 - u)`` in double precision for a uniform
+    ``u`` made of the low 53 bits of one 64-bit draw a variate, cast to float32, and returns ``argmax(probs / q)``.
+    The variates come from a loop that calls the C library's logarithm once an element; here the same 64-bit draws
+    come from ``random_()`` on an int64 tensor and the logarithm is torch's vectorized one, which may differ from
+    the C library's in a double's last place. That changes a float32 variate by one unit in its last place at most,
+    and a ratio by less than :data:`CLOSE`, so a row whose best ratio leads every other by more than that draws the
+    same token; the few rows where it does not are drawn again with ``math.log`` (the C library's) on every entry.
+    Invalid probabilities (negative, infinite, NaN, a row summing to 0) go to torch's function, which raises."""
+    if (num_samples != 1 or out is not None or input.device.type != "cpu" or input.dtype != torch.float32
+            or input.dim() not in (1, 2) or input.numel() == 0 or not _valid_probabilities(input)):
+        return _torch_multinomial(input, num_samples, replacement, generator=generator, out=out)
+    probs = input.view(1, -1) if input.dim() == 1 else input
+    bits = torch.empty(probs.shape, dtype=torch.int64).random_(generator=generator)
+    kept = (bits & MANTISSA).to(torch.float64).mul_(2.0**-53).neg_().add_(1.0)  # 1 - u, exactly
+    ratios = probs / torch.log(kept).neg_().to(torch.float32)
+    choice = ratios.argmax(-1, keepdim=True)
+    best = ratios.gather(-1, choice)
+    unsure = ((ratios >= best * (1 - CLOSE)).sum(-1) > 1) | ~torch.isfinite(best.squeeze(-1)) | (best.squeeze(-1) <= 0)
+    for row in unsure.nonzero().flatten().tolist():
+        q = torch.tensor([-math.log(v) for v in kept[row].tolist()], dtype=torch.float64).to(torch.float32)
+        choice[row] = (probs[row] / q).argmax(-1, keepdim=True)
+    return choice.view(1) if input.dim() == 1 else choice
+
+
+def _valid_probabilities(input: torch.Tensor) -> bool:
+    """What torch checks before drawing: finite, none negative, no row summing to 0."""
+    return bool(((input.max() < math.inf) & (input.min() >= 0)).item()) and not bool((input.sum(-1) == 0).any())
+
+
 def use_fast_decoding() -> None:
     """Make sampling on this process take the three paths above: models whose attention is ``sdpa`` (transformers'
     default) take :func:`decode_attention`, which hands every call but a CPU decode step in bf16 back to the SDPA
     function; ``generate`` (ours, TRL's) builds a :class:`GrowingCache` where it would build a ``DynamicCache``
     (a subclass: every check for one holds), and prefills each distinct prompt once
-    (:func:`prefill_each_prompt_once`). Idempotent; process-wide."""
+    (:func:`prefill_each_prompt_once`), and ``torch.multinomial`` is :func:`multinomial`. Idempotent; process-wide."""
     AttentionInterface.register("sdpa", decode_attention)
+    torch.multinomial = multinomial
     generation_utils.DynamicCache = GrowingCache
     GenerationMixin._prefill = prefill_each_prompt_once
