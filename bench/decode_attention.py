@@ -56,17 +56,22 @@ def prompts(rows: int, shortest: int, longest: int):
     return ids.masked_fill(mask == 0, 0), mask
 
 
-def sample(model, scenario: tuple, seed: int) -> float:
+def timed_generate(model, ids, mask, new: int, bf16: bool, seed: int, **kwargs):
+    """Seconds to sample ``new`` tokens for every row (no stop token) from seed ``seed``, under bf16 autocast if
+    ``bf16``, and the tokens; ``kwargs`` go to ``generate``."""
     import torch
 
-    rows, shortest, longest, new, bf16 = scenario
-    ids, mask = prompts(rows, shortest, longest)
     torch.manual_seed(seed)
     start = time.perf_counter()
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        model.generate(input_ids=ids, attention_mask=mask, do_sample=True, top_k=0, max_new_tokens=new,
-                       min_new_tokens=new, pad_token_id=0)
-    return time.perf_counter() - start
+        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, top_k=0, max_new_tokens=new,
+                             min_new_tokens=new, pad_token_id=0, **kwargs)
+    return time.perf_counter() - start, out
+
+
+def sample(model, scenario: tuple, seed: int) -> float:
+    rows, shortest, longest, new, bf16 = scenario
+    return timed_generate(model, *prompts(rows, shortest, longest), new, bf16, seed)[0]
 
 
 def step_difference(model, scenario: tuple, ours, theirs) -> float:

@@ -16,25 +16,25 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from decode_attention import SCENARIOS, alternate_comparing, bench_setup, prompts, timings, write_report
+from decode_attention import (
+    SCENARIOS,
+    alternate_comparing,
+    bench_setup,
+    prompts,
+    timed_generate,
+    timings,
+    write_report,
+)
 
 
 def sample(model, cache_class, scenario: tuple, seed: int):
     """Seconds to sample the scenario's batch with a fresh cache of ``cache_class``, and the tokens sampled."""
-    import torch
-
     rows, shortest, longest, new, bf16 = scenario
-    ids, mask = prompts(rows, shortest, longest)
-    torch.manual_seed(seed)
-    start = time.perf_counter()
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        out = model.generate(input_ids=ids, attention_mask=mask, past_key_values=cache_class(config=model.config),
-                             do_sample=True, top_k=0, max_new_tokens=new, min_new_tokens=new, pad_token_id=0)
-    return time.perf_counter() - start, out
+    return timed_generate(model, *prompts(rows, shortest, longest), new, bf16, seed,
+                          past_key_values=cache_class(config=model.config))
 
 
 def main() -> None:

@@ -25,11 +25,10 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from decode_attention import alternate_comparing, bench_setup, prompts, timings, write_report
+from decode_attention import alternate_comparing, bench_setup, prompts, timed_generate, timings, write_report
 
 SCENARIOS = {  # name: (distinct prompts, rows per prompt, shortest prompt, longest prompt, new tokens)
     "grpo": (2, 8, 100, 160, 48),
@@ -40,17 +39,9 @@ SCENARIOS = {  # name: (distinct prompts, rows per prompt, shortest prompt, long
 
 def sample(model, scenario: tuple, bf16: bool, seed: int):
     """Seconds to sample the scenario's batch (each distinct prompt repeated in consecutive rows), and the tokens."""
-    import torch
-
     distinct, group, shortest, longest, new = scenario
     ids, mask = prompts(distinct, shortest, longest)
-    ids, mask = ids.repeat_interleave(group, 0), mask.repeat_interleave(group, 0)
-    torch.manual_seed(seed)
-    start = time.perf_counter()
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, top_k=0, max_new_tokens=new,
-                             min_new_tokens=new, pad_token_id=0)
-    return time.perf_counter() - start, out
+    return timed_generate(model, ids.repeat_interleave(group, 0), mask.repeat_interleave(group, 0), new, bf16, seed)
 
 
 def main() -> None:
