@@ -210,7 +210,7 @@ CLOSE = 1e-6  # rows whose best two ratios are nearer than this (relative) are d
 def multinomial(input: torch.Tensor, num_samples: int, replacement: bool = False, *,
                 generator: torch.Generator | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """``torch.multinomial``, the same draws to the bit and the generator left in the same state, faster where
-    sampling calls it: one draw a row from float32 probabilities on a CPU. Every other call is torch's own.
+    sampling calls it: one draw a row from contiguous float32 probabilities on a CPU. Every other call is torch's own.
 
     For one draw torch fills ``q`` with exponential variates, ``-log(1 - u)`` in double precision for a uniform
     ``u`` made of the low 53 bits of one 64-bit draw a variate, cast to float32, and returns ``argmax(probs / q)``.
@@ -221,9 +221,10 @@ def multinomial(input: torch.Tensor, num_samples: int, replacement: bool = False
     same token; the few rows where it does not are drawn again with ``math.log`` (the C library's) on every entry.
     Invalid probabilities (negative, infinite, NaN, a row summing to 0) go to torch's function, which raises."""
     if (num_samples != 1 or out is not None or input.device.type != "cpu" or input.dtype != torch.float32
-            or input.dim() not in (1, 2) or input.numel() == 0 or not _valid_probabilities(input)):
+            or input.dim() not in (1, 2) or input.numel() == 0 or not input.is_contiguous()
+            or not _valid_probabilities(input)):
         return _torch_multinomial(input, num_samples, replacement, generator=generator, out=out)
-    probs = input.view(1, -1) if input.dim() == 1 else input
+    probs = input.unsqueeze(0) if input.dim() == 1 else input
     bits = torch.empty(probs.shape, dtype=torch.int64).random_(generator=generator)
     kept = (bits & MANTISSA).to(torch.float64).mul_(2.0**-53).neg_().add_(1.0)  # 1 - u, exactly
     ratios = probs / torch.log(kept).neg_().to(torch.float32)

@@ -290,6 +290,11 @@ def test_every_other_call_is_torchs_own():
         theirs = _torch_multinomial(probs.to(dtype), 1)
         torch.manual_seed(0)
         assert torch.equal(multinomial(probs.to(dtype), 1), theirs)
+    columns = probability_rows(4)[:6].t().contiguous().t()  # the rows' entries apart in memory: torch fills q in
+    torch.manual_seed(0)                                        # memory order
+    theirs_columns = _torch_multinomial(columns, 1)
+    torch.manual_seed(0)
+    assert torch.equal(multinomial(columns, 1), theirs_columns)
     out = torch.empty(5, 1, dtype=torch.long)
     torch.manual_seed(0)
     assert multinomial(probs, 1, out=out) is out and torch.equal(out, theirs)
