@@ -25,13 +25,13 @@ The prefill. A GRPO batch repeats each prompt ``num_generations`` times; :func:`
 prompt's forward once per distinct prompt and copies the cache out (docs/scale.md, "One prefill per distinct
 prompt").
 
-    from forge.attention import use_fast_decoding
 The draw. ``generate`` samples each row's token with ``torch.multinomial(probs, 1)``, which on a CPU draws one
 exponential variate per vocabulary entry (the token is the argmax of ``probs / q``) one element at a time, a
 logarithm each: a quarter of a sampled token's time on the tiny model. :func:`multinomial` draws the same 64-bit
 numbers from the same generator and takes their logarithms as one vectorized operation (docs/scale.md, "The
 token's draw"): the same tokens to the bit, and the generator left where torch's leaves it.
 
+    from forge.attention import use_fast_decoding
     use_fast_decoding()   # once per process; TransformersBackend and every training stage call it
 """
 
@@ -243,7 +243,7 @@ def _valid_probabilities(input: torch.Tensor) -> bool:
 
 
 def use_fast_decoding() -> None:
-    """Make sampling on this process take the three paths above: models whose attention is ``sdpa`` (transformers'
+    """Make sampling on this process take the four paths above: models whose attention is ``sdpa`` (transformers'
     default) take :func:`decode_attention`, which hands every call but a CPU decode step in bf16 back to the SDPA
     function; ``generate`` (ours, TRL's) builds a :class:`GrowingCache` where it would build a ``DynamicCache``
     (a subclass: every check for one holds), and prefills each distinct prompt once
