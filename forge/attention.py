@@ -1,5 +1,5 @@
 """What every sampled token costs on a CPU, made smaller: attention for one new token, a KV cache that grows in
-place, and one prefill per distinct prompt.
+place, one prefill per distinct prompt, and the token's draw.
 
 Attention. Sampling a token attends one query to the whole KV cache. PyTorch's ``scaled_dot_product_attention``
 takes its flash kernel on a CPU for that too, and for a single query in bf16 that kernel is slow: on the tiny
