@@ -14,7 +14,7 @@ import fcntl
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -231,11 +231,22 @@ def _owner_only_site_cache(site_cache: Path) -> None:
             path.chmod(0o700)
 
 
-# What configure_environment points at a home (Prefect's, MLflow's and DVC's locations): a process that starts over in
-# another home drops these first, since configure_environment keeps values already set (tests/conftest.py).
-HOME_DERIVED_ENV = ("PREFECT_HOME", "PREFECT_API_DATABASE_CONNECTION_URL", "PREFECT_LOCAL_STORAGE_PATH",
-                    "PREFECT_MEMO_STORE_PATH", "PREFECT_PROFILES_PATH", "MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI",
-                    "DVC_SITE_CACHE_DIR")
+# Where configure_environment points Prefect, MLflow and DVC in a home, in the order it sets them (the registry
+# follows the tracking URI as set, the user's included). Prefect derives the memo store and profiles from
+# PREFECT_HOME only sometimes (its server side falls back to ~/.prefect), so they are set too.
+HOME_LOCATIONS: dict[str, Callable[[Workspace], str]] = {
+    "PREFECT_HOME": lambda ws: str(ws.prefect_home),
+    "PREFECT_API_DATABASE_CONNECTION_URL": lambda ws: f"sqlite+aiosqlite:///{ws.prefect_home / 'prefect.db'}",
+    "PREFECT_LOCAL_STORAGE_PATH": lambda ws: str(ws.prefect_home / "results"),
+    "PREFECT_MEMO_STORE_PATH": lambda ws: str(ws.prefect_home / "memo_store.toml"),
+    "PREFECT_PROFILES_PATH": lambda ws: str(ws.prefect_home / "profiles.toml"),
+    "MLFLOW_TRACKING_URI": lambda ws: ws.mlflow_uri,
+    "MLFLOW_REGISTRY_URI": lambda ws: os.environ["MLFLOW_TRACKING_URI"],
+    "DVC_SITE_CACHE_DIR": lambda ws: str(ws.home / "dvc-site-cache"),
+}
+# A process that starts over in another home drops these first, since configure_environment keeps values already
+# set (tests/conftest.py).
+HOME_DERIVED_ENV = tuple(HOME_LOCATIONS)
 
 
 def configure_environment(ws: Workspace | None = None) -> Workspace:
@@ -247,26 +258,17 @@ def configure_environment(ws: Workspace | None = None) -> Workspace:
     ws = (ws or Workspace.from_env()).ensure()
     for key, value in OFFLINE_ENV.items():
         os.environ.setdefault(key, value)
-    os.environ.setdefault("PREFECT_HOME", str(ws.prefect_home))
-    os.environ.setdefault(
-        "PREFECT_API_DATABASE_CONNECTION_URL", f"sqlite+aiosqlite:///{ws.prefect_home / 'prefect.db'}"
-    )
-    os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(ws.prefect_home / "results"))
+    for key, location in HOME_LOCATIONS.items():
+        os.environ.setdefault(key, location(ws))
+    if os.environ["DVC_SITE_CACHE_DIR"] == HOME_LOCATIONS["DVC_SITE_CACHE_DIR"](ws):
+        _owner_only_site_cache(Path(os.environ["DVC_SITE_CACHE_DIR"]))
     os.environ.setdefault("PREFECT_RESULTS_PERSIST_BY_DEFAULT", "true")
-    # Prefect derives these from PREFECT_HOME only sometimes (the server side falls back to ~/.prefect).
-    os.environ.setdefault("PREFECT_MEMO_STORE_PATH", str(ws.prefect_home / "memo_store.toml"))
-    os.environ.setdefault("PREFECT_PROFILES_PATH", str(ws.prefect_home / "profiles.toml"))
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # Prefect's own chatter; Forge's lines reach the run
     # Forge's logger sends its lines to the flow run (flows/links.py); lines from threads without a run context
     # (sandbox pools, generation workers) stay on the console instead of warning.
     os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
     # The embedded server needs ~21 s to start on a loaded 2-core machine, past Prefect's 20 s default.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-    os.environ.setdefault("MLFLOW_TRACKING_URI", ws.mlflow_uri)
-    os.environ.setdefault("MLFLOW_REGISTRY_URI", os.environ["MLFLOW_TRACKING_URI"])
-    site_cache = ws.home / "dvc-site-cache"
-    if os.environ.setdefault("DVC_SITE_CACHE_DIR", str(site_cache)) == str(site_cache):
-        _owner_only_site_cache(site_cache)
     # One tqdm bar per artifact fetched: `forge eval matrix` fetches a dozen, and the bars bury its verdict.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     os.environ.setdefault("FORGE_HOME", str(ws.home))
