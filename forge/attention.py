@@ -229,8 +229,8 @@ def multinomial(input: torch.Tensor, num_samples: int, replacement: bool = False
     kept = (bits & MANTISSA).to(torch.float64).mul_(2.0**-53).neg_().add_(1.0)  # 1 - u, exactly
     ratios = probs / torch.log(kept).neg_().to(torch.float32)
     choice = ratios.argmax(-1, keepdim=True)
-    best = ratios.gather(-1, choice)
-    unsure = ((ratios >= best * (1 - CLOSE)).sum(-1) > 1) | ~torch.isfinite(best.squeeze(-1)) | (best.squeeze(-1) <= 0)
+    best = ratios.gather(-1, choice).squeeze(-1)
+    unsure = ((ratios >= best.unsqueeze(-1) * (1 - CLOSE)).sum(-1) > 1) | ~torch.isfinite(best) | (best <= 0)
     for row in unsure.nonzero().flatten().tolist():
         q = torch.tensor([-math.log(v) for v in kept[row].tolist()], dtype=torch.float64).to(torch.float32)
         choice[row] = (probs[row] / q).argmax(-1, keepdim=True)
