@@ -10,9 +10,10 @@ descriptors). Forking this warm interpreter costs about a millisecond where star
 one process per run (no intermediate init) halves the forks: the per-run cost bounds the judge's throughput.
 
 The run's process is pid 1 of a new PID namespace (when the host allows one): it takes the descriptors, starts
-its own session (Forge kills that process group at the deadline), joins the run's cgroups, makes its own mount
-namespace with a fresh /proc and a size- and inode-capped tmpfs scratch directory holding the submission's
-files, sets rlimits, drops to the run's uid (no new privileges) and runs the code. When it exits the kernel kills
+its own session (at the deadline Forge kills it through the pidfd the server hands over, and that process
+group), joins the run's cgroups, makes its own mount namespace with a fresh /proc and a size- and inode-capped
+tmpfs scratch directory holding the submission's files, sets rlimits, drops to the run's uid (no new
+privileges) and runs the code. When it exits the kernel kills
 every process left in the namespace (double-forked daemons included). The server, outside the namespace and
 root, waits for it through a pidfd and writes its wait status and resource usage to the run's report pipe, which
 the run never holds.
@@ -226,7 +227,9 @@ def start_run(sock, own_pidns, running):
         os.close(fd)
     pidfd = os.pidfd_open(pid)
     running[pidfd] = (pid, fds[3])
-    sock.send(str(host_pid(pidfd) if A["rootless"] else pid).encode())
+    # The pidfd goes along: Forge kills through it, which reaches the run even before its setsid (a deadline or
+    # a cancel can come that early on a loaded host), and never a later process that reused the number.
+    socket.send_fds(sock, [str(host_pid(pidfd) if A["rootless"] else pid).encode()], [pidfd])
 
 
 def host_pid(pidfd):

@@ -160,8 +160,9 @@ class Zygote:
         self.sock = ours
         self.known = set()
 
-    def spawn(self, args: dict, fds: list[int]) -> int:
-        """Fork one run (``args`` as _boot.start_run reads them, fds = stdin, stdout, stderr, report); its pid."""
+    def spawn(self, args: dict, fds: list[int]) -> tuple[int, int]:
+        """Fork one run (``args`` as _boot.start_run reads them, fds = stdin, stdout, stderr, report); its pid and
+        a pidfd of it (the caller closes it)."""
         key = args.get("trusted_program")
         with self.lock:
             for attempt in range(2):
@@ -173,11 +174,11 @@ class Zygote:
                 payload = json.dumps(sent).encode()
                 try:
                     socket.send_fds(self.sock, [payload], fds)
-                    reply = self.sock.recv(32)
+                    reply, pidfds, _, _ = socket.recv_fds(self.sock, 32, 1)
                     if reply:
                         if key:
                             self.known.add(key)
-                        return int(reply)
+                        return int(reply), pidfds[0]
                 except OSError:
                     if attempt:
                         raise

@@ -27,6 +27,7 @@ Running without uid and network isolation is refused unless ``allow_weak_isolati
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
@@ -420,8 +421,10 @@ class Channel:
     """Forge's end of an interactive run: requests are lines on the run's stdin, answers lines on its stdout.
     Reading stderr (capped) goes on meanwhile, so neither side can block the other."""
 
-    def __init__(self, pid: int, stdin_w: int, out_r: int, err_r: int, err_buf: bytearray, cap: int) -> None:
-        self.pid, self.stdin_w, self.out_r, self.err_r = pid, stdin_w, out_r, err_r
+    def __init__(
+        self, pid: int, pidfd: int, stdin_w: int, out_r: int, err_r: int, err_buf: bytearray, cap: int
+    ) -> None:
+        self.pid, self.pidfd, self.stdin_w, self.out_r, self.err_r = pid, pidfd, stdin_w, out_r, err_r
         self.err_buf, self.cap = err_buf, cap
         self.pending = bytearray()
         self.overflow = False
@@ -433,7 +436,7 @@ class Channel:
     def kill(self) -> None:
         """End the run now (a test ran past its limit): its whole PID namespace goes."""
         self.killed = True
-        _kill_run(self.pid)
+        _kill_run(self.pid, self.pidfd)
 
     def cpu_seconds(self) -> float:
         """CPU time the run's process has used so far (read here: load elsewhere does not inflate it and the
@@ -503,59 +506,64 @@ def _supervise(
     deadline = start + timeout_s
     pipes = [os.pipe() for _ in range(3)]  # stdout, stderr, report
     try:
-        pid = jail.zygote.spawn(args, [stdin_fd, *(w for _, w in pipes)])
+        pid, pidfd = jail.zygote.spawn(args, [stdin_fd, *(w for _, w in pipes)])
+    except BaseException:
+        for r, _ in pipes:
+            os.close(r)
+        raise
     finally:
         for _, w in pipes:
             os.close(w)
     bufs = {r: bytearray() for r, _ in pipes}
     stopped: Status | None = None
-    if dialogue is not None:
-        channel = Channel(pid, stdin_w, pipes[0][0], pipes[1][0], bufs[pipes[1][0]], max_output_bytes)
-        try:
-            dialogue(channel)
-        except BaseException:
-            _kill_run(pid)
-            for r, _ in pipes:
-                os.close(r)
-            raise
-        finally:
-            os.close(stdin_w)  # end of requests: the candidate server exits
-        if channel.overflow:
-            stopped = "output_limit"
-        elif channel.killed:
-            stopped = "timeout"
     killed_at: float | None = None
-    with selectors.DefaultSelector() as sel:
-        for r, _ in pipes:
-            os.set_blocking(r, False)
-            sel.register(r, selectors.EVENT_READ)
-        while sel.get_map():
-            now = time.monotonic()
-            if stopped is None and now >= deadline:
+    try:
+        if dialogue is not None:
+            channel = Channel(pid, pidfd, stdin_w, pipes[0][0], pipes[1][0], bufs[pipes[1][0]], max_output_bytes)
+            try:
+                dialogue(channel)
+            except BaseException:
+                _kill_run(pid, pidfd)
+                raise
+            finally:
+                os.close(stdin_w)  # end of requests: the candidate server exits
+            if channel.overflow:
+                stopped = "output_limit"
+            elif channel.killed:
                 stopped = "timeout"
-            if stopped is not None and killed_at is None:
-                _kill_run(pid)
-                killed_at = now
-            if killed_at is not None and now - killed_at > 5.0:
-                break  # a process outside any PID namespace still holds a pipe: give up on it
-            wait = (deadline - now) if killed_at is None else 0.1
-            for key, _ in sel.select(max(wait, 0.0)):
-                try:
-                    chunk = os.read(key.fd, 65536)
-                except BlockingIOError:  # pragma: no cover - spurious wake-up
-                    continue
-                if not chunk:
-                    sel.unregister(key.fd)
-                    continue
-                if stopped is not None:
-                    continue  # draining after a kill
-                buf = bufs[key.fd]
-                buf += chunk
-                if key.fd != pipes[2][0] and len(buf) > max_output_bytes:
-                    del buf[max_output_bytes:]
-                    stopped = "output_limit"
-    for r, _ in pipes:
-        os.close(r)
+        with selectors.DefaultSelector() as sel:
+            for r, _ in pipes:
+                os.set_blocking(r, False)
+                sel.register(r, selectors.EVENT_READ)
+            while sel.get_map():
+                now = time.monotonic()
+                if stopped is None and now >= deadline:
+                    stopped = "timeout"
+                if stopped is not None and killed_at is None:
+                    _kill_run(pid, pidfd)
+                    killed_at = now
+                if killed_at is not None and now - killed_at > 5.0:
+                    break  # a process outside any PID namespace still holds a pipe: give up on it
+                wait = (deadline - now) if killed_at is None else 0.1
+                for key, _ in sel.select(max(wait, 0.0)):
+                    try:
+                        chunk = os.read(key.fd, 65536)
+                    except BlockingIOError:  # pragma: no cover - spurious wake-up
+                        continue
+                    if not chunk:
+                        sel.unregister(key.fd)
+                        continue
+                    if stopped is not None:
+                        continue  # draining after a kill
+                    buf = bufs[key.fd]
+                    buf += chunk
+                    if key.fd != pipes[2][0] and len(buf) > max_output_bytes:
+                        del buf[max_output_bytes:]
+                        stopped = "output_limit"
+    finally:
+        os.close(pidfd)
+        for r, _ in pipes:
+            os.close(r)
     out, err, rep = (bytes(bufs[r]) for r, _ in pipes)
     err = err[:max_output_bytes]
     if stopped is not None:
@@ -563,10 +571,13 @@ def _supervise(
     return stopped, out, err, rep, time.monotonic() - start
 
 
-def _kill_run(pid: int) -> None:
-    """``pid`` is the run's init: a session leader running as root, out of the code's reach. Killing its process
-    group kills init, which ends its PID namespace, i.e. every process the code started."""
-    try:
+def _kill_run(pid: int, pidfd: int) -> None:
+    """``pid`` is the run's init: a session leader running as root, out of the code's reach. Killing it ends its
+    PID namespace, i.e. every process the code started; without a namespace its process group goes with it.
+    Through ``pidfd`` the kill reaches the run even before it has made its session (the server hands the pidfd
+    over right after the fork, so a deadline or cancel that early would otherwise find no group and miss), and
+    never a process that reused the number after the run was reaped."""
+    with contextlib.suppress(ProcessLookupError):
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -106,6 +106,15 @@ def test_sleeping_past_the_limit_times_out():
     assert result.status == "timeout" and result.wall_s < 15  # stopped, not slept out (half the sleep: load-proof)
 
 
+def test_a_deadline_before_the_run_has_started_still_kills_it():
+    # The deadline passes as the fork server answers, often before the run has made its session: a kill aimed
+    # at its process group alone found none then, and the run slept on (3 of a CI run's attacks outlived theirs
+    # that way on a loaded host, 2 of 20 runs here). The fixture finds any run left over.
+    results = [py("import time\ntime.sleep(30)", time_limit_s=0.0) for _ in range(30)]
+    assert {r.status for r in results} == {"timeout"}
+    assert max(r.wall_s for r in results) < 4.0, "a run held its pipes open past the kill"
+
+
 def test_catching_sigxcpu_does_not_buy_time():
     result = py(
         """
@@ -292,9 +301,11 @@ def test_deep_recursion_is_a_runtime_error():
     # 5 s, not 1: the recursion error comes in milliseconds, but a loaded machine once took the whole second to start it
     limited = py("def f(n):\n    return f(n + 1)\nf(0)", time_limit_s=5.0)
     assert limited.status == "runtime_error" and "RecursionError" in limited.stderr
-    # Through C frames (a builtin in between) the C stack overflows: a segfault, contained.
+    # Through C frames (a builtin in between) the C stack overflows: a segfault, contained. The stack's limit is
+    # 64 MB and the frames' heap grows beside it: under 128 MB of address space the run died ~106 MB resident
+    # and, late in a suite, now and then met a MemoryError first; 256 MB leaves the stack the first to run out.
     unlimited = py("import sys\nsys.setrecursionlimit(10**8)\ndef f(n):\n    return list(map(f, [n + 1]))\nf(0)",
-                   time_limit_s=5.0)
+                   time_limit_s=5.0, memory_mb=256)
     assert unlimited.status == "runtime_error", unlimited
     cpp = "int f(int n){ volatile char b[4096]; b[0] = n; return f(n + 1) + b[0]; }\nint main(){ return f(0); }"
     assert execute("cpp", cpp, time_limit_s=2.0).status == "runtime_error"
