@@ -3,8 +3,9 @@
     .venv/bin/python bench/test_under_load.py [--rounds 3] [--busy 2]
 
 Each busy process spins one core (a pure-Python loop) for the whole bench; the suite must pass every round. Writes
-bench/results/test_under_load.json: per round the exit status, wall time and pytest's summary line, and the quiet
-time of one round for comparison when ``--quiet-round`` is given.
+bench/results/test_under_load.json: per round the exit status, wall time, pytest's summary line and the tests it
+names as failed or errored (a failing round's whole log goes to the temp dir, its path in the round's record), and
+the quiet time of one round for comparison when ``--quiet-round`` is given.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import os
 import platform
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,9 +27,18 @@ REPO = Path(__file__).resolve().parent.parent
 def make_test() -> dict:
     started = time.time()
     done = subprocess.run(["make", "test"], cwd=REPO, capture_output=True, text=True, check=False)
-    lines = [line for line in done.stdout.splitlines() if " passed" in line or " failed" in line]
+    out = done.stdout.splitlines()
+    lines = [line for line in out if " passed" in line or " failed" in line]
+    # pytest's short summary names every test that failed or errored, with the first line of why: keep them, and
+    # the whole log of a failing round, so a failure under load can be read after the bench (it may not recur).
+    failing = [line for line in out if line.startswith(("FAILED ", "ERROR "))]
+    log = None
+    if done.returncode:
+        log = Path(tempfile.gettempdir()) / f"test_under_load-{int(started)}.log"
+        log.write_text(done.stdout + done.stderr)
     return {"returncode": done.returncode, "seconds": round(time.time() - started, 1),
-            "summary": lines[-1] if lines else done.stdout[-500:] + done.stderr[-500:]}
+            "summary": lines[-1] if lines else done.stdout[-500:] + done.stderr[-500:], "failing": failing,
+            "log": str(log) if log else None}
 
 
 def main() -> None:
