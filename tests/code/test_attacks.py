@@ -51,13 +51,29 @@ def sandbox_processes() -> list[int]:
     return found
 
 
+def describe(pid: int) -> str:
+    """What a leftover process is, for the failure message: its state, command line and age (a rare failure under
+    load is read from the log afterwards)."""
+    try:
+        status = (Path("/proc") / str(pid) / "status").read_text()
+        cmdline = (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        started = int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19])
+    except OSError:
+        return f"{pid} (gone)"
+    state = re.search(r"^State:\s+(.+)$", status, re.MULTILINE).group(1)
+    with open("/proc/uptime") as f:
+        age = float(f.read().split()[0]) - started / os.sysconf("SC_CLK_TCK")
+    return f"{pid} {state} {cmdline.strip()[:120]!r} {age:.1f} s old"
+
+
 @pytest.fixture(autouse=True)
 def judge_still_serves():
     yield
     deadline = time.monotonic() + 3.0
     while sandbox_processes() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not sandbox_processes(), "a sandboxed process outlived its run"
+    left = sandbox_processes()
+    assert not left, f"a sandboxed process outlived its run: {[describe(pid) for pid in left]}"
     after = run_python("print(6 * 7)", timeout_s=5.0, memory_mb=128)
     assert (after.status, after.stdout) == ("ok", "42\n"), after
 
