@@ -19,25 +19,12 @@ import json
 import os
 import platform
 import time
-from pathlib import Path
 
 import torch
+from bf16_cpu import REPO, tiny_model  # bench/ is on sys.path when a bench script runs
 from torch.profiler import ProfilerActivity, profile
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from forge.attention import GrowingCache, use_fast_decoding
-from forge.config import load_profile
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def tiny_model() -> LlamaForCausalLM:
-    base = load_profile("tiny").base
-    torch.manual_seed(0)
-    return LlamaForCausalLM(LlamaConfig(
-        vocab_size=base.tokenizer.vocab_size, hidden_size=base.hidden_size, num_hidden_layers=base.num_layers,
-        num_attention_heads=base.num_heads, num_key_value_heads=base.num_kv_heads,
-        intermediate_size=base.intermediate_size, tie_word_embeddings=True, pad_token_id=0, eos_token_id=1)).eval()
 
 
 def main() -> None:
@@ -48,7 +35,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     use_fast_decoding()
-    model = tiny_model()
+    model = tiny_model().eval()
     vocab = model.config.vocab_size
     ids = torch.randint(5, vocab, (args.batch, args.prompt), generator=torch.Generator().manual_seed(1))
     mask = torch.ones_like(ids)

@@ -54,10 +54,11 @@ def sandbox_processes() -> list[int]:
 def describe(pid: int) -> str:
     """What a leftover process is, for the failure message: its state, command line and age (a rare failure under
     load is read from the log afterwards)."""
+    proc = Path("/proc", str(pid))
     try:
-        status = (Path("/proc") / str(pid) / "status").read_text()
-        cmdline = (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        started = int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19])
+        status = (proc / "status").read_text()
+        cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        started = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[19])  # field 22: start, in clock ticks
     except OSError:
         return f"{pid} (gone)"
     state = re.search(r"^State:\s+(.+)$", status, re.MULTILINE).group(1)
