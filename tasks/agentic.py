@@ -92,7 +92,6 @@ def agentic_warmup_task(
         log_curve("agentic_warmup_train_loss", [p[0] for p in result.train_curve],
                   [p[1] for p in result.train_curve], "train loss")
         metrics = {"links_loss_before": result.eval_loss_before, "links_loss_after": result.eval_loss_after,
-                   "shared_prefix_steps": result.shared_prefix_steps,  # the tool schema run once a batch
                    "sft_heldout_loss": heldout_chat_loss(out, read_heldout(data.mix_dir), sft, runtime)}
         mlflow.log_metrics(metrics)
         version = register_checkpoint(out, "forge-policy", run_id=run.info.run_id, tags=tags,

@@ -157,57 +157,6 @@ class PackedRowsCollator:
         return {"input_ids": ids, "labels": labels, "position_ids": positions}
 
 
-SHARED_PREFIX_MIN_TOKENS = 64  # below this a second forward call costs about what sharing saves
-
-
-def shared_prefix_inputs(model: torch.nn.Module, inputs: dict[str, Any]) -> dict[str, Any] | None:
-    """The batch's common untrained prefix run once, and the rest of every row as the inputs that continue it; None
-    where the batch does not allow it (then the rows are run whole).
-
-    Where every row of a batch opens with the same tokens, the forward and backward of those tokens are the same in
-    every row: the agentic warm-up's link solutions open with the same 194-token system prompt (the tool's schema)
-    in ~366, so 8 rows run it 8 times. Run once (a batch of one, its keys and values kept with their gradients and
-    broadcast to every row), the rows' remaining tokens attend to it exactly as they attended to their own copies:
-    the same loss and gradient, other rounding (docs/scale.md, "A shared prefix run once").
-
-    Taken when: 2+ rows share their first ``SHARED_PREFIX_MIN_TOKENS``+ tokens, none of them trained (nor the token
-    after, which the prefix's last position predicts); each row is one sample from position 0, followed at most by
-    untrained padding (the packed collator's pad tail, positions restarting; or the padding collator's, masked):
-    two samples in a row would need the second kept from the prefix. Not with gradient checkpointing (the cache is
-    then refused)."""
-    ids, labels = inputs["input_ids"], inputs.get("labels")
-    if labels is None or ids.shape[0] < 2 or getattr(model, "is_gradient_checkpointing", False):
-        return None
-    rows, width = ids.shape
-    shared = int((ids == ids[:1]).all(0).int().cumprod(0).sum())
-    shared = min(shared, width - 1)
-    counting = torch.arange(width).expand(rows, width)
-    if shared < SHARED_PREFIX_MIN_TOKENS or (labels[:, :shared + 1] != -100).any():
-        return None
-    # Each row: its sample up to its tail, then only untrained tokens. The tail of a packed row begins where the
-    # positions stop counting from 0; of a padded row (no positions), where the attention mask's padding begins.
-    if inputs.get("position_ids") is not None:
-        tail = (inputs["position_ids"] != counting).int().cummax(1).values.bool()
-    elif inputs.get("attention_mask") is not None:
-        tail = (inputs["attention_mask"] == 0).int().cummax(1).values.bool()
-        if (tail != (inputs["attention_mask"] == 0)).any():  # left padding, or a gap: not a tail
-            return None
-    else:
-        tail = torch.zeros_like(ids, dtype=torch.bool)
-    if tail[:, :shared + 1].any() or (labels[tail] != -100).any():
-        return None
-    from transformers.cache_utils import DynamicCache
-
-    cache = DynamicCache()
-    model(input_ids=ids[:1, :shared], position_ids=counting[:1, :shared], past_key_values=cache, use_cache=True,
-          logits_to_keep=1)
-    for layer in cache.layers:  # every row attends to the one copy; their gradients add up in it
-        layer.keys = layer.keys.expand(rows, -1, -1, -1)
-        layer.values = layer.values.expand(rows, -1, -1, -1)
-    return {"input_ids": ids[:, shared:], "labels": labels[:, shared:], "position_ids": counting[:, shared:],
-            "attention_mask": (~tail).long(), "past_key_values": cache, "use_cache": True}
-
-
 class LogitsLossSFTTrainer(SFTTrainer):
     """TRL's ``SFTTrainer`` with the loss taken from the model's own logits (transformers' ``Trainer.compute_loss``:
     the mean negative log-likelihood of the labelled tokens, ``num_items_in_batch`` across accumulation steps)
@@ -216,20 +165,10 @@ class LogitsLossSFTTrainer(SFTTrainer):
     That saves a GPU's memory at a 150k vocabulary and long contexts; on CPU at the tiny profile's 4k vocabulary the
     tiles' forward and backward took half of every step (``runtime.fused_lm_head`` chooses; bench/sft_lm_head.py
     measures both side by side). TRL's per-step entropy and token-accuracy metrics, which
-    only the fused head computes, are not logged (nothing in Forge reads them). A training batch whose rows open with
-    the same untrained tokens runs them once (:func:`shared_prefix_inputs`; ``shared_prefix_steps`` counts those
-    steps): single-process training only, as a second forward before the backward is not one DDP allows."""
-
-    shared_prefix_steps = 0
+    only the fused head computes, are not logged (nothing in Forge reads them)."""
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        split = None
-        if model.training and not return_outputs and self.accelerator.num_processes == 1:
-            split = shared_prefix_inputs(model, inputs)
-        if split is None:
-            return Trainer.compute_loss(self, model, {**inputs, "use_cache": False}, return_outputs, num_items_in_batch)
-        self.shared_prefix_steps += 1
-        return Trainer.compute_loss(self, model, split, return_outputs, num_items_in_batch)
+        return Trainer.compute_loss(self, model, {**inputs, "use_cache": False}, return_outputs, num_items_in_batch)
 
 
 def build_sft_trainer(
@@ -300,7 +239,6 @@ class SFTStageResult:
     resumed_from_step: int | None = None
     train_rows: int = 0
     eval_rows: int = 0
-    shared_prefix_steps: int = 0  # training steps (of this call) that ran the rows' common prefix once
 
 
 def _evaluate(trainer: SFTTrainer) -> float:
@@ -339,9 +277,6 @@ def run_sft_stage(
     before = run.saved("eval_loss_before")
     after = _evaluate(trainer)
     logger.info("sft %s: %d steps, held-out loss %.4f → %.4f", stage.name, trainer.state.global_step, before, after)
-    shared = getattr(trainer, "shared_prefix_steps", 0)
-    if shared:
-        logger.info("sft %s: %d of the steps ran their rows' common prefix once", stage.name, shared)
     run.finish(trainer, trainer.processing_class)
 
     real_tokens, positions = sum_over_ranks(collator.real_tokens, collator.positions)  # every rank's batches
@@ -356,7 +291,6 @@ def run_sft_stage(
         tokens=int(real_tokens),
         seconds=run.seconds,
         padding_fraction=1.0 - real_tokens / positions if positions else 0.0,
-        shared_prefix_steps=shared,
         resumed_from_step=run.resumed_from_step,
         train_rows=len(trainer.train_dataset),
         eval_rows=len(trainer.eval_dataset),
