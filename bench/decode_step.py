@@ -17,11 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
 
 import torch
 from bf16_cpu import REPO, tiny_model  # bench/ is on sys.path when a bench script runs
+from code_rl_stage2 import machine
 from torch.profiler import ProfilerActivity, profile
 
 from forge.attention import GrowingCache, use_fast_decoding
@@ -58,8 +58,7 @@ def main() -> None:
              "bare_forward_loop": bare}
     report = {"benchmark": "decode_step", "command": f"python bench/decode_step.py --batch {args.batch} --prompt "
               f"{args.prompt} --new {args.new} --rounds {args.rounds}",
-              "machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                          "python": platform.python_version(), "load_before": os.getloadavg()[0]},
+              "machine": {**machine(os.getloadavg()), "torch_threads": torch.get_num_threads()},
               "precisions": {}}
     for precision in ("fp32", "bf16"):
         mixed = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")

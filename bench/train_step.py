@@ -1,4 +1,4 @@
-"""Where a training step's time goes, and what two rewrites of its non-matrix parts would buy: the tiny model's
+"""Where a training step's time goes, and what three rewrites of its non-matrix parts would buy: the tiny model's
 step (forward, backward, AdamW) under bf16 autocast where ``runtime.bf16`` resolves true (fp32 elsewhere), at the
 shapes the recipe trains at.
 
@@ -34,13 +34,13 @@ import copy
 import itertools
 import json
 import os
-import platform
 import statistics
 import time
 
 import torch
 import torch.nn.functional as F
 from bf16_cpu import REPO, tiny_model  # bench/ is on sys.path when a bench script runs
+from code_rl_stage2 import machine
 from torch.profiler import ProfilerActivity, profile
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -218,9 +218,8 @@ def main() -> None:
     base = tiny_model()
     report = {"benchmark": "train_step",
               "command": f"python bench/train_step.py --steps {args.steps} --rounds {args.rounds}",
-              "machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                          "python": platform.python_version(), "torch": torch.__version__,
-                          "precision": "bf16 autocast" if bf16 else "fp32", "load_before": os.getloadavg()},
+              "machine": {**machine(os.getloadavg()), "torch_threads": torch.get_num_threads(),
+                          "torch": torch.__version__, "precision": "bf16 autocast" if bf16 else "fp32"},
               "shapes": {}}
     for shape_name, shape in SHAPES.items():
         data = batches(shape, base.config.vocab_size, args.steps)
