@@ -11,10 +11,19 @@ nest under and the lineage tags) and the run summary that ``forge status`` print
 The summary (``$FORGE_HOME/runs/latest.json`` and ``runs/<flow run id>.json``) records per stage its state,
 duration, CPU seconds and peak memory (forge/usage.py), MLflow run, registered version and headline metrics; it is
 rewritten atomically after every stage, so a killed run leaves an honest record of what had finished.
+
+A cached result is handed on only while the files it points at are the ones its run wrote. Output folders are named
+by a stage's inputs (and some by the profile alone: ``data/mixes/<name>``), its cache key by its inputs *and* its
+code, so a run of other code writes the same folder under another key; going back to the first code would then hit
+a cache entry whose folder holds the other run's model. Each computed stage therefore records, per path it wrote,
+the key it wrote it under (``$FORGE_HOME/written-by/``), and a cache hit whose paths were written since under
+another key is recomputed, as one whose paths are gone is.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import inspect
 import json
 import logging
@@ -194,10 +203,14 @@ class RecipeRun:
             self._record(name, state="failed", seconds=seconds, error=message)
             raise DiskFullError(f"stage {name}: {message}") from err
         cached = state.name == "Cached"
-        missing = result.missing() if isinstance(result, StageResult) else []
-        if cached and missing:
-            log.warning("stage %s: the cached result points at missing files (%s); recomputing", name, missing[0])
-            result, cached = task.with_options(refresh_cache=True)(return_state=True, **inputs).result(), False
+        if isinstance(result, StageResult):
+            why = stale(result, result_key(state)) if cached else None
+            if why:
+                log.warning("stage %s: the cached result %s; recomputing", name, why)
+                state = task.with_options(refresh_cache=True)(return_state=True, **inputs)
+                result, cached = state.result(), False
+            if not cached:
+                record_writer(result, result_key(state), since=started)
         seconds = time.time() - started
         log.info("stage %s: %s in %.1f s", name, "cached" if cached else "done", seconds)
         fields: dict[str, Any] = {"state": "cached" if cached else "completed", "seconds": round(seconds, 2),
@@ -215,3 +228,64 @@ class RecipeRun:
     def _record(self, name: str, **fields: Any) -> None:
         if self.summary is not None:
             self.summary.stage(name, **fields)
+
+
+def result_key(state: Any) -> str | None:
+    """The cache key a task's result is stored under (Prefect names the stored record after it); None for a task
+    that keeps no result (``uncached_task``)."""
+    storage_key = getattr(getattr(state.data, "metadata", None), "storage_key", None)
+    return os.path.basename(str(storage_key)) if storage_key else None
+
+
+def _writers_file(path: str) -> Path:
+    digest = hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:32]
+    return Workspace.from_env().home / "written-by" / f"{digest}.json"
+
+
+def _writers(path: str) -> list[str]:
+    """The cache keys ``path`` was written under, the latest last."""
+    try:
+        return json.loads(_writers_file(path).read_text())["keys"]
+    except (FileNotFoundError, ValueError, KeyError):
+        return []
+
+
+MAX_WRITERS = 64  # keys remembered per path: enough for every version of a stage a user goes back and forth between
+
+
+def record_writer(result: StageResult, key: str | None, *, since: float) -> None:
+    """Record ``key`` as the latest writer of each of ``result``'s paths that this stage wrote (it or a file in it
+    modified since the stage started; a path it only hands on, another stage's, is left as it was)."""
+    if key is None:
+        return
+    for path in result.paths():
+        if _last_modified(path) >= since:
+            keys = [k for k in _writers(path) if k != key][-(MAX_WRITERS - 1):] + [key]
+            atomic_write_text(_writers_file(path), json.dumps({"path": path, "keys": keys}) + "\n")
+
+
+def _last_modified(path: str) -> float:
+    """The newest modification time of ``path`` and, for a folder, of everything in it (a file rewritten in place
+    leaves its folder's own time as it was); 0 for a path that is gone."""
+    try:
+        newest = os.stat(path).st_mtime
+    except FileNotFoundError:
+        return 0.0
+    for folder, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(FileNotFoundError):
+                newest = max(newest, os.stat(os.path.join(folder, name)).st_mtime)
+    return newest
+
+
+def stale(result: StageResult, key: str | None) -> str | None:
+    """Why a cached ``result`` (stored under ``key``) cannot be handed on, or None: a path it points at is gone, or
+    this key wrote it once and a run under another key (other code or other inputs naming the same folder) wrote it
+    since. A path the result only hands on, which another stage wrote, is that stage's to check."""
+    if missing := result.missing():
+        return f"points at missing files ({missing[0]})"
+    for path in result.paths() if key else ():
+        writers = _writers(path)
+        if key in writers and writers[-1] != key:
+            return f"points at {path}, written since by another run (other code or inputs naming the same folder)"
+    return None

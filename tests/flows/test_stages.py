@@ -1,6 +1,6 @@
 """The stage contract under a real (temporary) Prefect server: a stage called through ``RecipeRun.stage`` gets the
 run's ``ctx``, is cached on its typed inputs but not on their MLflow run ids, records itself in the run summary, and
-a cached result whose files are gone is computed again."""
+a cached result whose files are gone, or were written since by another version of the stage, is computed again."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from prefect import flow
 
 from flows._stages import RecipeRun, RunSummary
 from forge.config import PointwiseRLConfig
-from forge.stages import DataFile, DataMix
+from forge.stages import Checkpoint, DataFile, DataMix
 from registry.tracking import StageContext
 from tasks._cache import cached_task, uncached_task
 from tasks.rl import reward_model_inputs
@@ -73,6 +73,55 @@ def test_a_stage_is_cached_on_its_inputs_recorded_and_recomputed_when_its_files_
     # Another input value is another cache key.
     probe(run, data.model_copy(update={"data_md5": "def.dir"}), name)
     assert CALLS == [name, name, name]
+
+
+def write_model(data: DataMix, version: str) -> Checkpoint:
+    """A model folder named by the stage's inputs, as the training stages name theirs (tasks/training.py)."""
+    folder = Path(data.mix_dir) / f"model-{data.data_md5}"
+    folder.mkdir(exist_ok=True)
+    (folder / "weights.txt").write_text(version)
+    CALLS.append(version)
+    return Checkpoint(model_dir=str(folder))
+
+
+@cached_task(name="versioned-model", modules=("forge.stages",))
+def model_v1_task(*, data: DataMix) -> Checkpoint:
+    return write_model(data, "v1")
+
+
+@cached_task(name="versioned-model", modules=("forge.stages",))
+def model_v2_task(*, data: DataMix) -> Checkpoint:
+    """The same stage after a change to its code: another cache key, the same folder."""
+    return write_model(data, "v2")
+
+
+@flow(name="model-v1")
+def model_v1(run: RecipeRun, data: DataMix) -> Checkpoint:
+    return run.stage("model", model_v1_task, data=data)
+
+
+@flow(name="model-v2")
+def model_v2(run: RecipeRun, data: DataMix) -> Checkpoint:
+    return run.stage("model", model_v2_task, data=data)
+
+
+def test_a_cached_result_whose_folder_another_version_rewrote_is_computed_again(harness, tmp_path):
+    """The code changed and changed back: the first version's cache entry still names the folder, which now holds
+    the second version's model. Handed on, every later stage would build on weights its key never saw."""
+    run = RecipeRun(StageContext(tags={"forge.profile": "ci"}), RunSummary(tmp_path / "runs", "flow-1", "ci", None))
+    data = DataMix(mix_dir=str(tmp_path), data_md5=f"{tmp_path.name}.dir")
+    start = len(CALLS)
+    first = model_v1(run, data)
+    weights = Path(first.model_dir) / "weights.txt"
+    assert weights.read_text() == "v1"
+    assert model_v2(run, data).model_dir == first.model_dir and weights.read_text() == "v2"
+    assert model_v1(run, data) == first and weights.read_text() == "v1"  # computed again, not handed on
+    assert CALLS[start:] == ["v1", "v2", "v1"]
+    stages = json.loads((tmp_path / "runs" / "latest.json").read_text())["stages"]
+    assert stages["model"]["state"] == "completed"
+    model_v1(run, data)  # nothing rewrote it since: a cache hit
+    assert CALLS[start:] == ["v1", "v2", "v1"]
+    assert json.loads((tmp_path / "runs" / "latest.json").read_text())["stages"]["model"]["state"] == "cached"
 
 
 @cached_task(name="rm-probe", modules=("forge.stages",), key_view=reward_model_inputs)
