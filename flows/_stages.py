@@ -261,7 +261,8 @@ def record_writer(result: StageResult, key: str | None, *, since: float) -> None
     for path in result.paths():
         if _last_modified(path) >= since:
             keys = [k for k in _writers(path) if k != key][-(MAX_WRITERS - 1):] + [key]
-            atomic_write_text(_writers_file(path), json.dumps({"path": path, "keys": keys}) + "\n")
+            # not durable: a record lost in a crash only means a hit is not checked, as before records existed
+            atomic_write_text(_writers_file(path), json.dumps({"path": path, "keys": keys}) + "\n", durable=False)
 
 
 def _last_modified(path: str) -> float:
