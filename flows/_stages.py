@@ -23,7 +23,6 @@ another key is recomputed, as one whose paths are gone is.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import inspect
 import json
 import logging
@@ -45,6 +44,7 @@ from flows.links import (
 )
 from forge.atomic import atomic_write_text
 from forge.fanout import fans_out
+from forge.hashing import value_digest
 from forge.stages import Checkpoint, DataMix, Release, StageResult
 from forge.usage import UsageMeter
 from forge.workspace import DiskFullError, Workspace, disk_full, disk_full_message
@@ -238,8 +238,7 @@ def result_key(state: Any) -> str | None:
 
 
 def _writers_file(path: str) -> Path:
-    digest = hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:32]
-    return Workspace.from_env().home / "written-by" / f"{digest}.json"
+    return Workspace.from_env().written_by / f"{value_digest(str(Path(path).resolve()), length=32)}.json"
 
 
 def _writers(path: str) -> list[str]:

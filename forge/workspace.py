@@ -85,6 +85,11 @@ class Workspace:
         return self.home / "quarantine"
 
     @property
+    def written_by(self) -> Path:
+        """Which cache keys wrote each stage output path (flows/_stages.py: a stale cache hit is recomputed)."""
+        return self.home / "written-by"
+
+    @property
     def dvc_remote(self) -> Path:
         return self.home / "dvc-remote"
 
